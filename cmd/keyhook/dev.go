@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/demo"
+	"github.com/keyhook/keyhook/subscription"
+)
+
+const devTopic = "orders"
+
+// dev runs a whole keyhook with everything embedded: a kfake Kafka, a
+// miniredis, a demo endpoint with one slow key, a demo producer, and a
+// one-line summary every second.
+func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, devTopic), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		return fmt.Errorf("keyhook dev: kafka: %w", err)
+	}
+	defer cluster.Close()
+	mr, err := miniredis.Run()
+	if err != nil {
+		return fmt.Errorf("keyhook dev: redis: %w", err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	endpoint := &demo.Endpoint{Fast: 20 * time.Millisecond, Slow: 2 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("keyhook dev: demo endpoint: %w", err)
+	}
+	endpointSrv := &http.Server{Handler: endpoint, ReadHeaderTimeout: 5 * time.Second}
+	defer endpointSrv.Close()
+	go func() { _ = endpointSrv.Serve(ln) }()
+
+	c.KafkaBrokers = cluster.ListenAddrs()
+	c.AllowPrivateEndpoints = true // the demo endpoint is on loopback
+	log := c.logger(stderr)
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(c.KafkaBrokers...))
+	if err != nil {
+		return fmt.Errorf("keyhook dev: producer: %w", err)
+	}
+	defer producer.Close()
+
+	g, ctx := errgroup.WithContext(ctx)
+	started := make(chan *dispatcher.Node, 1)
+	g.Go(func() error {
+		return runNode(ctx, c, rdb, log, func(apiAddr string, node *dispatcher.Node) {
+			fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topic %q, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n",
+				strings.Join(c.KafkaBrokers, ","), devTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey)
+			fmt.Fprintf(stdout, "  try      curl -s http://%s/v1/subscriptions | jq\n\n", apiAddr)
+			started <- node
+		})
+	})
+	var node *dispatcher.Node
+	select {
+	case node = <-started:
+	case <-ctx.Done():
+		return g.Wait()
+	}
+	sub := &subscription.Subscription{
+		Name:     "demo",
+		Topics:   []string{devTopic},
+		Endpoint: subscription.Endpoint{URL: "http://" + ln.Addr().String() + "/hook"},
+	}
+	sub.Normalize()
+	if err := subscription.NewStore(rdb, "").Create(ctx, sub); err != nil {
+		return fmt.Errorf("keyhook dev: create demo subscription: %w", err)
+	}
+	g.Go(func() error { return demo.Produce(ctx, producer, devTopic, 8, 50) })
+	g.Go(func() error {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(stdout, "\nshutting down: draining in-flight deliveries and committing")
+				return nil
+			case <-t.C:
+				fmt.Fprintln(stdout, summary(node.Stats(), endpoint))
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// summary is the one-line view of a dev node.
+func summary(stats []dispatcher.GroupStats, e *demo.Endpoint) string {
+	var b strings.Builder
+	var delivered, inflight, retrying, dead int64
+	for _, s := range stats {
+		delivered += s.Delivered
+		inflight += s.InFlight
+		retrying += s.Retrying
+		dead += s.DeadLettered
+	}
+	_, slow := e.Received()
+	fmt.Fprintf(&b, "%s delivered %d · in flight %d · retrying %d · dead-lettered %d · slow key %d · watermarks",
+		time.Now().Format("15:04:05"), delivered, inflight, retrying, dead, slow)
+	for _, s := range stats {
+		for _, p := range s.Partitions {
+			paused := ""
+			if p.Paused {
+				paused = " (paused)"
+			}
+			fmt.Fprintf(&b, " %s/%d=%d%s", p.Topic, p.Partition, p.Watermark, paused)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,96 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+// Config tunes a Node. The zero value of every field means its default.
+type Config struct {
+	// NodeID names this node in the tracking state and in status. Required.
+	NodeID string
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// KafkaOptions are extra client options (TLS, SASL) added to every
+	// client the node builds.
+	KafkaOptions []kgo.Opt
+	// FlushInterval is how often a partition writes its acked ranges to the
+	// tracker when they changed. Default 20ms: the upper bound of acks a
+	// kill -9 can lose, hence of duplicates after it.
+	FlushInterval time.Duration
+	// CommitInterval is how often the watermark is committed to Kafka.
+	// Default 1s.
+	CommitInterval time.Duration
+	// DrainTimeout bounds how long a revoked partition waits for its
+	// in-flight deliveries before it lets go. Default 10s.
+	DrainTimeout time.Duration
+	// MaxWindow bounds, per partition, the records between the watermark
+	// and the fetch position; above it fetching the partition pauses, and it
+	// resumes below half of it. Default 10000.
+	MaxWindow int64
+	// SessionTimeout is the consumer group session timeout. Default 10s.
+	SessionTimeout time.Duration
+	// ResyncInterval is how often the subscription set is re-read even
+	// without a change notification. Default 1s.
+	ResyncInterval time.Duration
+	// Retry is the retry policy of every delivery (webhooks defaults).
+	Retry webhooks.RetryPolicy
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.FlushInterval == 0 {
+		c.FlushInterval = 20 * time.Millisecond
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+	if c.MaxWindow == 0 {
+		c.MaxWindow = 10000
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Retry = c.Retry.WithDefaults()
+	return c
+}
+
+// Validate reports the first field that is wrong, by name.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeID == "":
+		return errors.New("dispatcher: NodeID is required")
+	case len(c.Brokers) == 0:
+		return errors.New("dispatcher: Brokers is required")
+	case c.FlushInterval < 0:
+		return fmt.Errorf("dispatcher: FlushInterval %v must not be negative", c.FlushInterval)
+	case c.CommitInterval < 0:
+		return fmt.Errorf("dispatcher: CommitInterval %v must not be negative", c.CommitInterval)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("dispatcher: DrainTimeout %v must not be negative", c.DrainTimeout)
+	case c.MaxWindow < 0:
+		return fmt.Errorf("dispatcher: MaxWindow %d must not be negative", c.MaxWindow)
+	case c.SessionTimeout < 0:
+		return fmt.Errorf("dispatcher: SessionTimeout %v must not be negative", c.SessionTimeout)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	return nil
+}

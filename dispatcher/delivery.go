@@ -1,0 +1,230 @@
+package dispatcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+// Header names of the delivery contract toward endpoints.
+const (
+	HeaderSubscription = "Keyhook-Subscription"
+	HeaderTopic        = "Keyhook-Topic"
+	HeaderPartition    = "Keyhook-Partition"
+	HeaderOffset       = "Keyhook-Offset"
+	HeaderKey          = "Keyhook-Key"
+	HeaderKeyBase64    = "Keyhook-Key-Base64"
+	HeaderTimestamp    = "Keyhook-Timestamp"
+	// HeaderRecordPrefix carries the record's own headers.
+	HeaderRecordPrefix = "Keyhook-Header-"
+)
+
+// Headers of a dead-lettered record, next to its own.
+const (
+	DLQHeaderSubscription = "keyhook-subscription"
+	DLQHeaderTopic        = "keyhook-source-topic"
+	DLQHeaderPartition    = "keyhook-source-partition"
+	DLQHeaderOffset       = "keyhook-source-offset"
+	DLQHeaderStatus       = "keyhook-last-status"
+	DLQHeaderError        = "keyhook-last-error"
+	DLQHeaderAttempts     = "keyhook-attempts"
+	DLQHeaderFirstAttempt = "keyhook-first-attempt"
+	DLQHeaderLastAttempt  = "keyhook-last-attempt"
+	DLQHeaderDeliveryID   = "keyhook-delivery-id"
+)
+
+// DeliveryID names one delivery of one record to one subscription. It is
+// the same for every attempt and every redelivery, so endpoints can
+// deduplicate.
+func DeliveryID(subscription, topic string, partition int32, offset int64) string {
+	h := sha256.New()
+	h.Write([]byte(subscription))
+	h.Write([]byte{0})
+	h.Write([]byte(topic))
+	h.Write([]byte{0})
+	h.Write(strconv.AppendInt(nil, int64(partition), 10))
+	h.Write([]byte{0})
+	h.Write(strconv.AppendInt(nil, offset, 10))
+	return "dlv_" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// deliveryLoop is one slot of the subscription's in-flight budget.
+func (g *group) deliveryLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rec := <-g.jobs:
+			g.inFlight.Add(1)
+			acked := g.deliver(rec)
+			g.inFlight.Add(-1)
+			rec.w.pushResult(result{rec: rec, acked: acked})
+		}
+	}
+}
+
+// deliver pushes one record until it is acked (delivered or dead-lettered)
+// or its partition's deliveries are aborted.
+func (g *group) deliver(rec *record) bool {
+	ctx := rec.w.deliverCtx
+	req := g.request(rec)
+	retrying := false
+	onAttempt := func(a webhooks.Attempt) {
+		if webhooks.Classify(a) == webhooks.OutcomeRetry && !retrying {
+			retrying = true
+			g.retrying.Add(1)
+		}
+	}
+	defer func() {
+		if retrying {
+			g.retrying.Add(-1)
+		}
+	}()
+	for {
+		res := g.n.sender.Deliver(ctx, req, g.n.cfg.Retry, onAttempt)
+		switch res.Outcome {
+		case webhooks.OutcomeSuccess:
+			g.delivered.Add(1)
+			return true
+		case webhooks.OutcomeFinal:
+			dlq := g.sub.DeadLetterTopicFor(rec.r.Topic)
+			if dlq == "" {
+				// Dead-lettering is off: the key blocks and the record is
+				// tried again after the longest backoff.
+				g.log.Warn("delivery failed and dead-lettering is off; key blocked",
+					"topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset, "status", res.Last.Status)
+				if !sleepCtx(ctx, g.n.cfg.Retry.MaxInterval) {
+					return false
+				}
+				continue
+			}
+			if !g.deadLetter(ctx, rec, dlq, res) {
+				return false
+			}
+			g.deadLettered.Add(1)
+			return true
+		default:
+			return false // aborted: shutdown or lost partition
+		}
+	}
+}
+
+func (g *group) request(rec *record) *webhooks.Request {
+	r := rec.r
+	h := make(http.Header, 8+len(r.Headers))
+	h.Set(HeaderSubscription, g.sub.ID)
+	h.Set(HeaderTopic, r.Topic)
+	h.Set(HeaderPartition, strconv.FormatInt(int64(r.Partition), 10))
+	h.Set(HeaderOffset, strconv.FormatInt(r.Offset, 10))
+	if r.Key != nil {
+		if headerSafe(r.Key) {
+			h.Set(HeaderKey, string(r.Key))
+		} else {
+			h.Set(HeaderKeyBase64, base64.StdEncoding.EncodeToString(r.Key))
+		}
+	}
+	h.Set(HeaderTimestamp, r.Timestamp.UTC().Format(time.RFC3339Nano))
+	contentType := ""
+	for _, rh := range r.Headers {
+		if !validHeaderName(rh.Key) || !headerSafe(rh.Value) {
+			continue
+		}
+		if http.CanonicalHeaderKey(rh.Key) == "Content-Type" {
+			contentType = string(rh.Value)
+			continue
+		}
+		h.Add(HeaderRecordPrefix+rh.Key, string(rh.Value))
+	}
+	return &webhooks.Request{
+		URL:         g.sub.Endpoint.URL,
+		Body:        r.Value,
+		ContentType: contentType,
+		Header:      h,
+		DeliveryID:  DeliveryID(g.sub.ID, r.Topic, r.Partition, r.Offset),
+	}
+}
+
+// deadLetter writes the record to the dead-letter topic with why it failed.
+// It retries until the write succeeds or ctx ends (false): a record is
+// acked only once its dead letter is durable.
+func (g *group) deadLetter(ctx context.Context, rec *record, topic string, res webhooks.Result) bool {
+	r := rec.r
+	errText := ""
+	if res.Last.Err != nil {
+		errText = res.Last.Err.Error()
+	}
+	headers := append([]kgo.RecordHeader(nil), r.Headers...)
+	headers = append(headers,
+		kgo.RecordHeader{Key: DLQHeaderSubscription, Value: []byte(g.sub.ID)},
+		kgo.RecordHeader{Key: DLQHeaderTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: DLQHeaderPartition, Value: []byte(strconv.FormatInt(int64(r.Partition), 10))},
+		kgo.RecordHeader{Key: DLQHeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: DLQHeaderDeliveryID, Value: []byte(DeliveryID(g.sub.ID, r.Topic, r.Partition, r.Offset))},
+		kgo.RecordHeader{Key: DLQHeaderStatus, Value: []byte(strconv.Itoa(res.Last.Status))},
+		kgo.RecordHeader{Key: DLQHeaderError, Value: []byte(errText)},
+		kgo.RecordHeader{Key: DLQHeaderAttempts, Value: []byte(strconv.Itoa(res.Attempts))},
+		kgo.RecordHeader{Key: DLQHeaderFirstAttempt, Value: []byte(res.First.UTC().Format(time.RFC3339Nano))},
+		kgo.RecordHeader{Key: DLQHeaderLastAttempt, Value: []byte(res.LastAt.UTC().Format(time.RFC3339Nano))},
+	)
+	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
+	wait := 100 * time.Millisecond
+	for {
+		err := g.cl.ProduceSync(ctx, out).FirstErr()
+		if err == nil {
+			g.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+				"dead_letter_topic", topic, "status", res.Last.Status, "attempts", res.Attempts)
+			return true
+		}
+		g.log.Error("dead-letter write failed; retrying", "dead_letter_topic", topic, "err", err)
+		if !sleepCtx(ctx, wait) {
+			return false
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// headerSafe reports whether b can travel as an HTTP header value as is.
+func headerSafe(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,245 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
+)
+
+// Per-key order: 20,000 records over 200 keys on 4 partitions, 64 in
+// flight, random endpoint latency. Every record arrives once, and every
+// key's records arrive in offset order, each sent only after the previous
+// one was answered.
+func TestKeyOrderHoldsUnderRandomLatency(t *testing.T) {
+	kafkaTiers(t, 4, []string{"order"}, func(t *testing.T, brokers []string) {
+		topic := "order"
+		if t.Name() != "TestKeyOrderHoldsUnderRandomLatency/kfake" {
+			topic = uniqueTopic(t, "order")
+			testutil.CreateTopics(t, brokers, 4, topic)
+		}
+		rdb := testutil.StartRedis(t).Client()
+		sink := testutil.StartSink(t)
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(1, 2))
+		sink.Latency = func(*testutil.Delivery) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return time.Duration(rng.IntN(3000)) * time.Microsecond
+		}
+		const n, keys = 20000, 200
+		keyOf := func(i int) string { return fmt.Sprintf("key-%d", i%keys) }
+		partOf := func(i int) int32 { return int32(i % keys % 4) }
+		ends := produce(t, brokers, topic, n, keyOf, partOf)
+
+		sub := newSub("order", topic, sink.URL, subscription.OrderKey, 64)
+		startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+		sink.WaitAcked(t, n, 3*time.Minute)
+		waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), ends, 30*time.Second)
+
+		if v := sink.KeyOrderViolations(); len(v) > 0 {
+			t.Fatalf("%d per-key order violations, first: %s", len(v), v[0])
+		}
+		if d := sink.Duplicates(); d != 0 {
+			t.Errorf("%d duplicates without any failure, want 0", d)
+		}
+		for p, end := range ends {
+			if m := sink.Missing(testutil.TP{Topic: topic, Partition: p}, end); len(m) > 0 {
+				t.Errorf("partition %d: %d records never delivered, first %d", p, len(m), m[0])
+			}
+		}
+	})
+}
+
+// A slow key blocks only itself: 50 keys flow while one key's endpoint
+// takes 2 s per record, at ≥ 90% of their throughput without the slow key.
+func TestSlowKeyDoesNotStallOtherKeys(t *testing.T) {
+	brokers := testutil.Kfake(t, 4, "hot-base", "hot-slow")
+	rdb := testutil.StartRedis(t).Client()
+
+	run := func(topic string, slowRecords int) float64 {
+		sink := testutil.StartSink(t)
+		sink.Latency = func(d *testutil.Delivery) time.Duration {
+			if d.Key == "slow" {
+				return 2 * time.Second
+			}
+			return 10 * time.Millisecond
+		}
+		const keys, perKey = 50, 100
+		others := keys * perKey
+		total := others + slowRecords
+		keyOf := func(i int) string {
+			if i < slowRecords {
+				return "slow"
+			}
+			return fmt.Sprintf("key-%d", i%keys)
+		}
+		partOf := func(i int) int32 {
+			if i < slowRecords {
+				return 0 // the slow key shares partition 0 with a quarter of the others
+			}
+			return int32(i % keys % 4)
+		}
+		produce(t, brokers, topic, total, keyOf, partOf)
+		sub := newSub("hot-"+topic, topic, sink.URL, subscription.OrderKey, 64)
+		h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+		defer h.stop(t)
+		sink.WaitAcked(t, others, 2*time.Minute)
+		var first, last time.Time
+		n := 0
+		for _, d := range sink.Deliveries() {
+			if d.Key == "slow" {
+				continue
+			}
+			if first.IsZero() || d.Start.Before(first) {
+				first = d.Start
+			}
+			if d.End.After(last) {
+				last = d.End
+			}
+			n++
+		}
+		return float64(n) / last.Sub(first).Seconds()
+	}
+	base := run("hot-base", 0)
+	withSlow := run("hot-slow", 3)
+	ratio := withSlow / base
+	t.Logf("other keys' throughput: %.0f rec/s alone, %.0f rec/s beside a 2s key: ratio %.3f", base, withSlow, ratio)
+	if ratio < 0.9 {
+		t.Fatalf("other keys kept %.1f%% of their throughput beside a slow key, want >= 90%%", ratio*100)
+	}
+}
+
+// The committed offset never passes an offset the endpoint has not
+// acknowledged, and never moves backwards; checked continuously while
+// records are acked in random order.
+func TestCommitNeverPassesUnackedOffset(t *testing.T) {
+	kafkaTiers(t, 4, []string{"wm"}, func(t *testing.T, brokers []string) {
+		topic := "wm"
+		if t.Name() != "TestCommitNeverPassesUnackedOffset/kfake" {
+			topic = uniqueTopic(t, "wm")
+			testutil.CreateTopics(t, brokers, 4, topic)
+		}
+		rdb := testutil.StartRedis(t).Client()
+		sink := testutil.StartSink(t)
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(3, 4))
+		sink.Latency = func(*testutil.Delivery) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return time.Duration(rng.IntN(30)) * time.Millisecond
+		}
+		const n = 6000
+		ends := produce(t, brokers, topic, n, func(int) string { return "" }, func(i int) int32 { return int32(i % 4) })
+		sub := newSub("wm", topic, sink.URL, subscription.OrderNone, 200)
+		adm := newAdmin(t, brokers)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		checked := make(chan error, 1)
+		go func() {
+			var samples int
+			last := map[int32]int64{}
+			verified := map[int32]int64{}
+			for ctx.Err() == nil {
+				got, err := committed(ctx, adm, sub.GroupID())
+				if err != nil {
+					continue
+				}
+				samples++
+				for p, c := range got {
+					if c < last[p] {
+						checked <- fmt.Errorf("partition %d: commit moved backwards from %d to %d", p, last[p], c)
+						return
+					}
+					last[p] = c
+					for o := verified[p]; o < c; o++ {
+						if !sink.Acked(testutil.TP{Topic: topic, Partition: p}, o) {
+							checked <- fmt.Errorf("partition %d: committed %d but offset %d was never acked", p, c, o)
+							return
+						}
+					}
+					verified[p] = max(verified[p], c)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			t.Logf("%d commit samples checked", samples)
+			checked <- nil
+		}()
+		startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
+			c.CommitInterval = 20 * time.Millisecond
+		})
+		sink.WaitAcked(t, n, 2*time.Minute)
+		waitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
+		cancel()
+		if err := <-checked; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A node whose partitions were claimed by a newer owner (it is a zombie)
+// changes nothing: its flushes are refused, so the tracking state stays the
+// new owner's, and it stops committing.
+func TestZombieChangesNothing(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "zombie")
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	var released sync.Once
+	block := make(chan struct{})
+	sink.Latency = func(d *testutil.Delivery) time.Duration {
+		if d.Offset >= 100 {
+			<-block // deliveries in flight while the partition is taken over
+		}
+		return 0
+	}
+	defer released.Do(func() { close(block) })
+	produce(t, brokers, "zombie", 200, func(i int) string { return fmt.Sprintf("k%d", i%10) }, func(int) int32 { return 0 })
+	sub := newSub("zombie", "zombie", sink.URL, subscription.OrderKey, 16)
+	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	sink.WaitAcked(t, 100, time.Minute)
+	adm := newAdmin(t, brokers)
+	pk := tracking.PartitionKey{Subscription: sub.ID, Topic: "zombie", Partition: 0}
+	store, err := tracking.New(rdb, tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the commit of the first 100, then take the partition over.
+	waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 100}, 30*time.Second)
+	claim, err := store.Claim(context.Background(), pk, "usurper", 1<<30)
+	if err != nil {
+		t.Fatalf("usurper claim: %v", err)
+	}
+	key := "keyhook:track:{" + sub.ID + ":zombie:0}"
+	before, err := rdb.HGetAll(context.Background(), key).Result()
+	if err != nil || len(before) == 0 {
+		t.Fatalf("read state %s: %v (%d fields)", key, err, len(before))
+	}
+	// Let the zombie's in-flight deliveries finish: it acks them locally
+	// and tries to flush and commit.
+	released.Do(func() { close(block) })
+	time.Sleep(time.Second)
+	after, err := rdb.HGetAll(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, v := range before {
+		if after[f] != v {
+			t.Errorf("zombie changed tracking field %q: %q -> %q", f, v, after[f])
+		}
+	}
+	got, err := committed(context.Background(), adm, sub.GroupID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 100 {
+		t.Errorf("zombie moved the commit to %d after losing its claim (epoch %d), want 100", got[0], claim.Epoch)
+	}
+}

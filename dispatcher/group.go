@@ -1,0 +1,389 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
+)
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// group is one subscription's consumer group member on this node.
+type group struct {
+	n   *Node
+	sub *subscription.Subscription
+	cl  *kgo.Client
+	log *slog.Logger
+
+	// jobs hands ready records to the delivery pool; its MaxInFlight
+	// goroutines bound the subscription's concurrent deliveries on the node.
+	jobs chan *record
+
+	mu      sync.Mutex
+	workers map[topicPartition]*worker
+	// wctx is the parent of every worker; it outlives revokes and ends when
+	// the group stops. It exists before the client, whose callbacks use it.
+	wctx        context.Context
+	stopWorkers context.CancelFunc
+	// commitMu serialises commits so a slow commit never lands after a newer
+	// one and moves the offset backwards.
+	commitMu sync.Mutex
+
+	counters
+}
+
+// counters are the group's running totals for stats.
+type counters struct {
+	delivered    atomic.Int64
+	deadLettered atomic.Int64
+	inFlight     atomic.Int64
+	retrying     atomic.Int64
+	commitErrors atomic.Int64
+}
+
+func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
+	g := &group{
+		n: n, sub: s,
+		log:     n.log.With("subscription", s.ID),
+		jobs:    make(chan *record),
+		workers: make(map[topicPartition]*worker),
+	}
+	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
+	reset := kgo.NewOffset().AtStart()
+	if s.Start == subscription.StartLatest {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(n.cfg.Brokers...),
+		kgo.ClientID("keyhook-" + n.cfg.NodeID),
+		kgo.ConsumerGroup(s.GroupID()),
+		kgo.ConsumeTopics(s.Topics...),
+		kgo.ConsumeResetOffset(reset),
+		kgo.DisableAutoCommit(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(n.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(n.cfg.SessionTimeout / 5),
+		// Rebalances wait while records of a poll are handed to workers, so a
+		// worker never receives records of a partition it no longer owns.
+		kgo.BlockRebalanceOnPoll(),
+		// Aborted transactional data is never delivered; control records are
+		// kept so the watermark can walk over them to the log end.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.OnPartitionsAssigned(g.onAssigned),
+		kgo.OnPartitionsRevoked(g.onRevoked),
+		kgo.OnPartitionsLost(g.onLost),
+		kgo.AdjustFetchOffsetsFn(g.onOffsetsFetched),
+	}
+	opts = append(opts, n.cfg.KafkaOptions...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		g.stopWorkers()
+		return nil, fmt.Errorf("dispatcher: kafka client: %w", err)
+	}
+	g.cl = cl
+	return g, nil
+}
+
+// run polls until ctx ends, then shuts down in this order: stop polling,
+// drain every partition (in-flight deliveries up to DrainTimeout), flush and
+// commit, release the claims, leave the group, stop the delivery pool.
+func (g *group) run(ctx context.Context) error {
+	poolCtx, stopPool := context.WithCancel(context.Background())
+
+	var bg sync.WaitGroup
+	for range g.sub.MaxInFlight {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			g.deliveryLoop(poolCtx)
+		}()
+	}
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		g.commitLoop(ctx)
+	}()
+
+	g.log.Info("consumer started", "group", g.sub.GroupID(), "topics", g.sub.Topics, "ordering", g.sub.Ordering)
+	err := g.poll(ctx)
+
+	// Graceful shutdown: everything this node owns is handed over cleanly.
+	g.releaseAll(g.takeWorkers(nil), true)
+	g.cl.Close()
+	g.stopWorkers()
+	stopPool()
+	bg.Wait()
+	g.log.Info("consumer stopped")
+	return err
+}
+
+func (g *group) poll(ctx context.Context) error {
+	for {
+		fetches := g.cl.PollRecords(ctx, 10000)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			g.cl.AllowRebalance()
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			g.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			g.mu.Lock()
+			w := g.workers[topicPartition{p.Topic, p.Partition}]
+			g.mu.Unlock()
+			if w != nil {
+				w.push(p.Records)
+			}
+		})
+		g.cl.AllowRebalance()
+	}
+}
+
+func (g *group) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	_, gen := g.cl.GroupMetadata()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for topic, ps := range assigned {
+		for _, p := range ps {
+			tp := topicPartition{topic, p}
+			if _, ok := g.workers[tp]; ok {
+				continue
+			}
+			w := newWorker(g, tp, gen)
+			g.workers[tp] = w
+			w.start(g.wctx)
+		}
+	}
+	g.log.Info("partitions assigned", "partitions", assigned, "generation", gen)
+}
+
+// onOffsetsFetched learns where each assigned partition resumes (the
+// group's committed offset) without changing it.
+func (g *group) onOffsetsFetched(_ context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for topic, ps := range offs {
+		for p, o := range ps {
+			if w := g.workers[topicPartition{topic, p}]; w != nil {
+				w.setBase(o.EpochOffset().Offset)
+			}
+		}
+	}
+	return offs, nil
+}
+
+func (g *group) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	g.log.Info("partitions revoked", "partitions", revoked)
+	g.releaseAll(g.takeWorkers(revoked), true)
+}
+
+func (g *group) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	g.log.Warn("partitions lost", "partitions", lost)
+	g.releaseAll(g.takeWorkers(lost), false)
+}
+
+// takeWorkers removes and returns the workers of the given partitions (all
+// of them when tps is nil), so the poll loop stops feeding them.
+func (g *group) takeWorkers(tps map[string][]int32) []*worker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*worker
+	for tp, w := range g.workers {
+		if tps != nil && !containsPartition(tps, tp) {
+			continue
+		}
+		out = append(out, w)
+		delete(g.workers, tp)
+	}
+	return out
+}
+
+func containsPartition(tps map[string][]int32, tp topicPartition) bool {
+	for _, p := range tps[tp.topic] {
+		if p == tp.partition {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseAll lets go of workers. Gracefully: drain in-flight deliveries up
+// to DrainTimeout, commit the watermarks, flush and release the claims, so
+// the next owner neither loses nor repeats anything. Otherwise (partitions
+// lost, another node may already own them): abort deliveries and flush what
+// is known; the epoch fences whatever arrives too late.
+func (g *group) releaseAll(ws []*worker, graceful bool) {
+	if len(ws) == 0 {
+		return
+	}
+	if !graceful {
+		for _, w := range ws {
+			w.abort()
+		}
+		for _, w := range ws {
+			w.stop(false)
+		}
+		return
+	}
+	deadline := time.Now().Add(g.n.cfg.DrainTimeout)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.drain(deadline)
+		}()
+	}
+	wg.Wait()
+	for _, w := range ws {
+		w.flushNow()
+	}
+	g.commit(ws)
+	for _, w := range ws {
+		w.stop(true)
+	}
+}
+
+func (g *group) commitLoop(ctx context.Context) {
+	t := time.NewTicker(g.n.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			g.mu.Lock()
+			ws := make([]*worker, 0, len(g.workers))
+			for _, w := range g.workers {
+				ws = append(ws, w)
+			}
+			g.mu.Unlock()
+			g.commit(ws)
+		}
+	}
+}
+
+// commit moves each worker's Kafka commit forward to its watermark. Kafka
+// fences the commit by group generation, so a node that lost the group
+// cannot commit; offsets only ever move forward.
+func (g *group) commit(ws []*worker) {
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
+	offsets := make(map[string]map[int32]kgo.EpochOffset)
+	want := make(map[topicPartition]*worker)
+	for _, w := range ws {
+		wm, ok := w.commitCandidate()
+		if !ok {
+			continue
+		}
+		if offsets[w.tp.topic] == nil {
+			offsets[w.tp.topic] = make(map[int32]kgo.EpochOffset)
+		}
+		offsets[w.tp.topic][w.tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: wm}
+		want[w.tp] = w
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var commitErr error
+	g.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			commitErr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				w := want[topicPartition{t.Topic, p.Partition}]
+				if w == nil {
+					continue
+				}
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					commitErr = perr
+					continue
+				}
+				w.committed(offsets[t.Topic][p.Partition].Offset)
+			}
+		}
+	})
+	if commitErr != nil {
+		g.commitErrors.Add(1)
+		g.log.Warn("commit failed", "err", commitErr)
+	}
+}
+
+// GroupStats is a snapshot of one subscription's group on a node.
+type GroupStats struct {
+	Subscription string
+	Delivered    int64
+	DeadLettered int64
+	InFlight     int64
+	Retrying     int64
+	CommitErrors int64
+	Partitions   []PartitionStats
+}
+
+// PartitionStats is a snapshot of one owned partition.
+type PartitionStats struct {
+	Topic     string
+	Partition int32
+	Watermark int64
+	Committed int64
+	Paused    bool
+}
+
+func (g *group) stats() GroupStats {
+	s := GroupStats{
+		Subscription: g.sub.ID,
+		Delivered:    g.delivered.Load(),
+		DeadLettered: g.deadLettered.Load(),
+		InFlight:     g.inFlight.Load(),
+		Retrying:     g.retrying.Load(),
+		CommitErrors: g.commitErrors.Load(),
+	}
+	g.mu.Lock()
+	for _, w := range g.workers {
+		s.Partitions = append(s.Partitions, w.stats())
+	}
+	g.mu.Unlock()
+	sort.Slice(s.Partitions, func(i, j int) bool {
+		a, b := s.Partitions[i], s.Partitions[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	return s
+}
+
+func sortStats(s []GroupStats) {
+	sort.Slice(s, func(i, j int) bool { return s[i].Subscription < s[j].Subscription })
+}
+
+func (g *group) partitionKey(tp topicPartition) tracking.PartitionKey {
+	return tracking.PartitionKey{Subscription: g.sub.ID, Topic: tp.topic, Partition: tp.partition}
+}

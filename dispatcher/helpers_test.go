@@ -1,0 +1,200 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+// staticSubs feeds a node a fixed subscription set.
+type staticSubs []*subscription.Subscription
+
+func (s staticSubs) Watch(ctx context.Context, _ time.Duration, fn func([]*subscription.Subscription)) error {
+	fn(s)
+	<-ctx.Done()
+	return nil
+}
+
+// kafkaTiers runs f against kfake, and against the real broker when the
+// integration tier is on.
+func kafkaTiers(t *testing.T, partitions int32, topics []string, f func(t *testing.T, brokers []string)) {
+	t.Run("kfake", func(t *testing.T) {
+		f(t, testutil.Kfake(t, partitions, topics...))
+	})
+	t.Run("kafka", func(t *testing.T) {
+		brokers := testutil.RealKafka(t)
+		testutil.CreateTopics(t, brokers, partitions, topics...)
+		f(t, brokers)
+	})
+}
+
+// uniqueTopic keeps tests on a shared real broker apart.
+func uniqueTopic(t *testing.T, base string) string {
+	return fmt.Sprintf("%s-%d", base, time.Now().UnixNano())
+}
+
+func newSub(id, topic, url string, ordering subscription.Ordering, maxInFlight int) *subscription.Subscription {
+	s := &subscription.Subscription{
+		ID: id, Name: id, Topics: []string{topic},
+		Endpoint: subscription.Endpoint{URL: url},
+		Ordering: ordering, MaxInFlight: maxInFlight, Version: 1,
+		DeadLetterTopic: subscription.DeadLetterNone,
+	}
+	s.Normalize()
+	return s
+}
+
+type nodeHandle struct {
+	node   *dispatcher.Node
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+// stop shuts the node down gracefully and waits for it.
+func (h *nodeHandle) stop(t *testing.T) {
+	h.once.Do(func() {
+		h.cancel()
+		select {
+		case err := <-h.done:
+			if err != nil {
+				t.Errorf("node stopped with error: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("node did not stop within 60s")
+		}
+	})
+}
+
+func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs []*subscription.Subscription, mod func(*dispatcher.Config)) *nodeHandle {
+	t.Helper()
+	tracker, err := tracking.New(rdb, tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dispatcher.Config{
+		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
+		Brokers:        brokers,
+		CommitInterval: 100 * time.Millisecond,
+		SessionTimeout: 6 * time.Second,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := dispatcher.New(cfg, staticSubs(subs), sender, tracker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &nodeHandle{node: n, cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- n.Run(ctx) }()
+	t.Cleanup(func() { h.stop(t) })
+	return h
+}
+
+// produce writes n records to topic; keyOf names the key of record i and
+// partOf its partition. It returns the end offset of every partition.
+func produce(t *testing.T, brokers []string, topic string, n int, keyOf func(i int) string, partOf func(i int) int32) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends := make(map[int32]int64)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	for i := range n {
+		rec := &kgo.Record{Topic: topic, Partition: partOf(i), Value: fmt.Appendf(nil, "record-%d", i)}
+		if k := keyOf(i); k != "" {
+			rec.Key = []byte(k)
+		}
+		wg.Add(1)
+		cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			if r.Offset+1 > ends[r.Partition] {
+				ends[r.Partition] = r.Offset + 1
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("produce: %v", firstErr)
+	}
+	return ends
+}
+
+// committed reads the group's committed offsets.
+func committed(ctx context.Context, adm *kadm.Client, group string) (map[int32]int64, error) {
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]int64)
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil {
+			out[o.Partition] = o.At
+		}
+	})
+	return out, nil
+}
+
+func newAdmin(t *testing.T, brokers []string) *kadm.Client {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// waitCommitted waits until the group committed every partition's end.
+func waitCommitted(t *testing.T, adm *kadm.Client, group string, ends map[int32]int64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var got map[int32]int64
+	for time.Now().Before(deadline) {
+		var err error
+		got, err = committed(context.Background(), adm, group)
+		if err == nil {
+			done := true
+			for p, end := range ends {
+				if got[p] != end {
+					done = false
+				}
+			}
+			if done {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("commits did not reach the log end in %v: got %v, want %v", timeout, got, ends)
+}

@@ -1,0 +1,211 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+// Sender delivers one request with retries; webhooks.Client implements it.
+type Sender interface {
+	Deliver(ctx context.Context, r *webhooks.Request, p webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result
+}
+
+// Tracker keeps partition state where another node can find it;
+// tracking.Store implements it.
+type Tracker interface {
+	Claim(ctx context.Context, pk tracking.PartitionKey, owner string, generation int32) (tracking.Claim, error)
+	Flush(ctx context.Context, pk tracking.PartitionKey, f tracking.Flush) error
+	Release(ctx context.Context, pk tracking.PartitionKey, epoch int64) error
+}
+
+// Subscriptions feeds the node the current subscription set;
+// subscription.Store implements it.
+type Subscriptions interface {
+	Watch(ctx context.Context, resync time.Duration, fn func([]*subscription.Subscription)) error
+}
+
+// Node is one dispatcher node: it runs a consumer group for every
+// subscription and restarts a group when its subscription changes.
+type Node struct {
+	cfg     Config
+	subs    Subscriptions
+	sender  Sender
+	tracker Tracker
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	runners map[string]*runner
+	wg      sync.WaitGroup
+}
+
+// New builds a node; it starts nothing until Run.
+func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if subs == nil || sender == nil || tracker == nil {
+		return nil, errors.New("dispatcher: subscriptions, sender and tracker are required")
+	}
+	return &Node{
+		cfg: cfg, subs: subs, sender: sender, tracker: tracker,
+		log:     cfg.Logger.With("node", cfg.NodeID),
+		runners: make(map[string]*runner),
+	}, nil
+}
+
+// Run follows the subscription set until ctx ends, then stops every group
+// gracefully (drain, flush, commit, leave) and returns once all stopped.
+func (n *Node) Run(ctx context.Context) error {
+	err := n.subs.Watch(ctx, n.cfg.ResyncInterval, n.reconcile)
+	n.mu.Lock()
+	for id, r := range n.runners {
+		r.cancel()
+		delete(n.runners, id)
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("dispatcher: watch subscriptions: %w", err)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of every running group, sorted by subscription.
+func (n *Node) Stats() []GroupStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]GroupStats, 0, len(n.runners))
+	for _, r := range n.runners {
+		if g := r.current(); g != nil {
+			out = append(out, g.stats())
+		}
+	}
+	sortStats(out)
+	return out
+}
+
+func (n *Node) reconcile(subs []*subscription.Subscription) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	want := make(map[string]*subscription.Subscription, len(subs))
+	for _, s := range subs {
+		want[s.ID] = s
+	}
+	for id, r := range n.runners {
+		if _, ok := want[id]; !ok {
+			n.log.Info("subscription removed; stopping its consumer", "subscription", id)
+			r.cancel()
+			delete(n.runners, id)
+		}
+	}
+	for id, s := range want {
+		if r, ok := n.runners[id]; ok {
+			r.update(s)
+			continue
+		}
+		r := newRunner(n, s)
+		n.runners[id] = r
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			r.run()
+		}()
+	}
+}
+
+// runner owns the lifecycle of one subscription's group on this node: it
+// restarts the group when the subscription changes or the group fails.
+type runner struct {
+	n       *Node
+	ctx     context.Context
+	cancel  context.CancelFunc
+	updates chan *subscription.Subscription
+
+	mu  sync.Mutex
+	sub *subscription.Subscription
+	g   *group
+}
+
+func newRunner(n *Node, s *subscription.Subscription) *runner {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &runner{n: n, ctx: ctx, cancel: cancel, updates: make(chan *subscription.Subscription, 1), sub: s}
+}
+
+// update hands the runner a newer version of its subscription; only the
+// latest pending version matters.
+func (r *runner) update(s *subscription.Subscription) {
+	r.mu.Lock()
+	same := r.sub.Version == s.Version
+	r.mu.Unlock()
+	if same {
+		return
+	}
+	select {
+	case <-r.updates:
+	default:
+	}
+	r.updates <- s
+}
+
+func (r *runner) current() *group {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.g
+}
+
+func (r *runner) run() {
+	log := r.n.log.With("subscription", r.sub.ID)
+	failures := 0
+	for {
+		r.mu.Lock()
+		s := r.sub
+		r.mu.Unlock()
+		gctx, gcancel := context.WithCancel(r.ctx)
+		g, err := newGroup(r.n, s)
+		done := make(chan error, 1)
+		if err == nil {
+			r.mu.Lock()
+			r.g = g
+			r.mu.Unlock()
+			go func() { done <- g.run(gctx) }()
+		} else {
+			done <- err
+		}
+		select {
+		case <-r.ctx.Done():
+			gcancel()
+			<-done
+			return
+		case s := <-r.updates:
+			log.Info("subscription changed; restarting its consumer", "version", s.Version)
+			gcancel()
+			<-done
+			r.mu.Lock()
+			r.sub, r.g = s, nil
+			r.mu.Unlock()
+			failures = 0
+		case err := <-done:
+			gcancel()
+			r.mu.Lock()
+			r.g = nil
+			r.mu.Unlock()
+			failures++
+			wait := min(time.Duration(failures)*time.Second, 30*time.Second)
+			log.Error("consumer stopped; restarting", "err", err, "in", wait)
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package testutil
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Delivery is one request a Sink answered.
+type Delivery struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       string
+	ID        string
+	Attempt   int
+	Status    int
+	Start     time.Time
+	End       time.Time
+	Body      []byte
+	Header    http.Header
+}
+
+// TP names a partition.
+type TP struct {
+	Topic     string
+	Partition int32
+}
+
+// Sink is a real HTTP endpoint that records every delivery keyhook makes.
+// It marks a record acked before it answers 2xx, so at any moment what
+// keyhook believes acked is a subset of what the sink recorded.
+type Sink struct {
+	URL string
+	// Latency, when set, is how long the sink takes to answer d.
+	Latency func(d *Delivery) time.Duration
+	// Status, when set, is the status code answered for d (default 200).
+	Status func(d *Delivery) int
+
+	srv *httptest.Server
+
+	mu         sync.Mutex
+	deliveries []Delivery
+	acked      map[TP]map[int64]int
+	inFlight   int
+}
+
+// StartSink starts a sink on a loopback port, closed with the test.
+func StartSink(t testing.TB) *Sink {
+	s := &Sink{acked: make(map[TP]map[int64]int)}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL + "/hook"
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	p, _ := strconv.ParseInt(r.Header.Get("Keyhook-Partition"), 10, 32)
+	off, _ := strconv.ParseInt(r.Header.Get("Keyhook-Offset"), 10, 64)
+	attempt, _ := strconv.Atoi(r.Header.Get("Keyhook-Attempt"))
+	d := &Delivery{
+		Topic: r.Header.Get("Keyhook-Topic"), Partition: int32(p), Offset: off,
+		Key: r.Header.Get("Keyhook-Key"), ID: r.Header.Get("Webhook-Id"), Attempt: attempt,
+		Start: time.Now(), Body: body, Header: r.Header.Clone(),
+	}
+	s.mu.Lock()
+	s.inFlight++
+	s.mu.Unlock()
+	if s.Latency != nil {
+		if l := s.Latency(d); l > 0 {
+			select {
+			case <-time.After(l):
+			case <-r.Context().Done():
+			}
+		}
+	}
+	d.Status = http.StatusOK
+	if s.Status != nil {
+		d.Status = s.Status(d)
+	}
+	d.End = time.Now()
+	s.mu.Lock()
+	s.inFlight--
+	if r.Context().Err() == nil {
+		s.deliveries = append(s.deliveries, *d)
+		if d.Status >= 200 && d.Status < 300 {
+			tp := TP{d.Topic, d.Partition}
+			if s.acked[tp] == nil {
+				s.acked[tp] = make(map[int64]int)
+			}
+			s.acked[tp][d.Offset]++
+		}
+	}
+	s.mu.Unlock()
+	w.WriteHeader(d.Status)
+}
+
+// Deliveries returns a copy of every answered request, in answer order.
+func (s *Sink) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Delivery(nil), s.deliveries...)
+}
+
+// Acked reports whether the sink answered 2xx for the offset.
+func (s *Sink) Acked(tp TP, offset int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acked[tp][offset] > 0
+}
+
+// AckedCount is the number of distinct records answered 2xx.
+func (s *Sink) AckedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, m := range s.acked {
+		n += len(m)
+	}
+	return n
+}
+
+// Duplicates counts 2xx answers beyond the first for each record.
+func (s *Sink) Duplicates() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, m := range s.acked {
+		for _, c := range m {
+			n += c - 1
+		}
+	}
+	return n
+}
+
+// InFlight is the number of requests being answered right now.
+func (s *Sink) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}
+
+// CompletedSince counts requests answered at or after t.
+func (s *Sink) CompletedSince(t time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for i := len(s.deliveries) - 1; i >= 0 && !s.deliveries[i].End.Before(t); i-- {
+		n++
+	}
+	return n
+}
+
+// WaitAcked waits until n distinct records were answered 2xx.
+func (s *Sink) WaitAcked(t testing.TB, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if s.AckedCount() >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("sink: %d of %d records acked after %v", s.AckedCount(), n, timeout)
+}
+
+// KeyOrderViolations checks per-key order over first deliveries: for every
+// key and partition, the first 2xx of each record must come in offset
+// order, and each must have been sent only after the previous one was
+// answered. It returns a description of each violation.
+func (s *Sink) KeyOrderViolations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	type lk struct {
+		tp  TP
+		key string
+	}
+	last := make(map[lk]int64)
+	lastEnd := make(map[lk]time.Time)
+	seen := make(map[TP]map[int64]bool)
+	var out []string
+	for _, d := range s.deliveries {
+		if d.Status < 200 || d.Status >= 300 {
+			continue
+		}
+		tp := TP{d.Topic, d.Partition}
+		if seen[tp] == nil {
+			seen[tp] = make(map[int64]bool)
+		}
+		if seen[tp][d.Offset] {
+			continue // a redelivery; order is judged on first deliveries
+		}
+		seen[tp][d.Offset] = true
+		k := lk{tp, d.Key}
+		if prev, ok := last[k]; ok {
+			if d.Offset < prev {
+				out = append(out, fmt.Sprintf("%s/%d key %q: offset %d delivered after %d", d.Topic, d.Partition, d.Key, d.Offset, prev))
+			} else if d.Start.Before(lastEnd[k]) {
+				out = append(out, fmt.Sprintf("%s/%d key %q: offset %d sent before %d was acked", d.Topic, d.Partition, d.Key, d.Offset, prev))
+			}
+		}
+		last[k] = d.Offset
+		lastEnd[k] = d.End
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Missing lists offsets in [0, end) of tp that were never answered 2xx.
+func (s *Sink) Missing(tp TP, end int64) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int64
+	for o := int64(0); o < end; o++ {
+		if s.acked[tp][o] == 0 {
+			out = append(out, o)
+		}
+	}
+	return out
+}

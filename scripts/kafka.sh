@@ -1,0 +1,432 @@
+#!/usr/bin/env bash
+# kafka.sh runs the real Apache Kafka broker that keyhook's integration tests
+# use: one KRaft node that is broker and controller at once, on loopback ports
+# chosen at start, with settings fit for tests (one partition per new topic,
+# replication factor 1 for the internal topics, no initial rebalance delay).
+#
+# Usage:
+#   scripts/kafka.sh start            fetch the jars (once), format a fresh
+#                                     cluster, start it and wait until it
+#                                     serves; the last stdout line is
+#                                     KEYHOOK_TEST_KAFKA_BROKERS=127.0.0.1:<port>
+#   scripts/kafka.sh stop             SIGTERM (SIGKILL after 20 s), then
+#                                     remove the state dir
+#   scripts/kafka.sh restart [--kill] stop the broker and start it again on the
+#                                     same ports with the same data, for
+#                                     "broker restarted mid-stream" tests;
+#                                     --kill ends it with SIGKILL (a crash)
+#                                     instead of a clean shutdown; the new
+#                                     broker then waits until the controller
+#                                     lets the dead one's session expire
+#                                     (broker.session.timeout.ms, 9 s: kept
+#                                     at the default, as shorter sessions get
+#                                     a busy 2-core machine's broker fenced)
+#   scripts/kafka.sh status           say whether it runs; exit 0 if it does,
+#                                     3 if it does not
+#   scripts/kafka.sh fetch            only fill the jar cache
+#
+# Environment:
+#   KEYHOOK_CACHE      cache root (default $HOME/.cache/keyhook); the broker's
+#                      jars live in $KEYHOOK_CACHE/kafka-4.1.1/libs, fetched
+#                      from Maven Central with mvn (scripts/kafka/pom.xml) the
+#                      first time and reused after that
+#   KEYHOOK_KAFKA_DIR  state dir holding the config, data, pid and broker.log
+#                      (default /tmp/keyhook-kafka); one broker per state dir
+#   JAVA_HOME          the Java (17 or newer) to run; else java from PATH
+#
+# Typical use:  export "$(scripts/kafka.sh start | tail -n 1)"
+#
+# Everything but the KEYHOOK_TEST_KAFKA_BROKERS line goes to stderr, among it
+# the broker's version ("Apache Kafka 4.1.1") and the path of its log.
+set -euo pipefail
+
+readonly KAFKA_VERSION=4.1.1
+readonly READY_TIMEOUT_S=90
+readonly STOP_TIMEOUT_S=20
+readonly MARKER=.keyhook-kafka
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly SCRIPT_DIR
+readonly CACHE_DIR="${KEYHOOK_CACHE:-$HOME/.cache/keyhook}/kafka-$KAFKA_VERSION"
+readonly LIBS="$CACHE_DIR/libs"
+STATE="${KEYHOOK_KAFKA_DIR:-/tmp/keyhook-kafka}"
+# The JVM's command line names the state dir, and running_pid looks for it
+# there: keep it absolute so both agree whatever the caller's cwd.
+[[ $STATE == /* ]] || STATE="$PWD/$STATE"
+readonly STATE
+readonly PID_FILE="$STATE/kafka.pid"
+readonly PORTS_FILE="$STATE/ports"
+readonly BROKER_LOG="$STATE/broker.log"
+readonly JVM_LOG="$STATE/jvm.log"
+
+log() { printf 'kafka: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+usage() {
+	sed -n '/^# Usage:/,/^# Typical use:/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+java_bin() {
+	if [[ -n ${JAVA_HOME:-} && -x $JAVA_HOME/bin/java ]]; then
+		printf '%s\n' "$JAVA_HOME/bin/java"
+	elif command -v java >/dev/null 2>&1; then
+		command -v java
+	else
+		die "java not found: Kafka $KAFKA_VERSION needs Java 17 or newer (apt-get install -y default-jre-headless)"
+	fi
+}
+
+# check_java fails unless the Java runtime is 17 or newer, the oldest that
+# Kafka 4 brokers run on; a clear message beats an UnsupportedClassVersionError.
+check_java() {
+	local spec major
+	spec=$("$JAVA" -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2; exit}')
+	major=${spec#1.}
+	major=${major%%.*}
+	[[ $major =~ ^[0-9]+$ ]] || die "cannot tell the version of $JAVA"
+	((major >= 17)) || die "$JAVA is Java $spec; Kafka $KAFKA_VERSION needs 17 or newer (set JAVA_HOME)"
+}
+
+# fetch_libs fills the jar cache once. Concurrent callers (parallel test
+# packages) serialise on a lock, and the folder appears by an atomic rename,
+# so a half-copied cache is never used.
+fetch_libs() {
+	if [[ -f $LIBS/kafka_2.13-$KAFKA_VERSION.jar ]]; then
+		return
+	fi
+	command -v mvn >/dev/null 2>&1 || die "mvn not found: it fetches Kafka from Maven Central (apt-get install -y maven)"
+	mkdir -p "$CACHE_DIR"
+	local lock tmp
+	exec {lock}>"$CACHE_DIR/.lock"
+	flock -w 600 "$lock" || die "timed out waiting for $CACHE_DIR/.lock"
+	if [[ ! -f $LIBS/kafka_2.13-$KAFKA_VERSION.jar ]]; then
+		log "fetching org.apache.kafka:kafka_2.13:$KAFKA_VERSION and its runtime dependencies with mvn into $LIBS"
+		tmp=$(mktemp -d "$CACHE_DIR/libs.tmp.XXXXXX")
+		# mvn -q still writes terminal escapes: keep its output for failures.
+		if ! mvn -q -B --no-transfer-progress -Dstyle.color=never \
+			-f "$SCRIPT_DIR/kafka/pom.xml" \
+			-Dkafka.version="$KAFKA_VERSION" \
+			dependency:copy-dependencies \
+			-DincludeScope=runtime -DoutputDirectory="$tmp" >"$tmp.mvn.log" 2>&1; then
+			cat "$tmp.mvn.log" >&2
+			rm -rf "$tmp" "$tmp.mvn.log"
+			die "mvn could not fetch Kafka $KAFKA_VERSION"
+		fi
+		rm -f "$tmp.mvn.log"
+		mv -T "$tmp" "$LIBS"
+	fi
+	exec {lock}>&-
+}
+
+# new_cluster_id makes a Kafka cluster id (16 random bytes, URL-safe base64
+# without padding) without starting a JVM for it. Kafka's own generator never
+# returns ids starting with '-', which command lines would take for a flag.
+new_cluster_id() {
+	local id
+	while :; do
+		id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+		if [[ $id != -* ]]; then
+			printf '%s\n' "$id"
+			return
+		fi
+	done
+}
+
+# listening_ports prints the TCP ports something listens on, read from /proc
+# so that no extra tool is needed.
+listening_ports() {
+	local hex
+	awk 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+		while read -r hex; do printf '%d\n' "0x$hex"; done
+}
+
+# pick_ports prints two distinct free loopback ports. They come from below
+# the kernel's ephemeral range so that outgoing connections do not take them
+# between this check and the broker binding them; start retries on a clash.
+pick_ports() {
+	local used p picked=()
+	used=" $(listening_ports | tr '\n' ' ') "
+	while ((${#picked[@]} < 2)); do
+		p=$((10000 + RANDOM % 22000))
+		if [[ $used != *" $p "* && " ${picked[*]-} " != *" $p "* ]]; then
+			picked+=("$p")
+		fi
+	done
+	printf '%s %s\n' "${picked[@]}"
+}
+
+write_config() {
+	local broker_port=$1 controller_port=$2
+	cat >"$STATE/server.properties" <<EOF
+# Written by scripts/kafka.sh: a single KRaft node for keyhook's tests.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$broker_port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$STATE/data
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+EOF
+	cat >"$STATE/log4j2.properties" <<EOF
+# Written by scripts/kafka.sh: everything the broker logs goes to one file.
+status = warn
+name = keyhook-test-kafka
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $BROKER_LOG
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+EOF
+	printf '%s %s\n' "$broker_port" "$controller_port" >"$PORTS_FILE"
+}
+
+jvm_opts() {
+	printf '%s\n' -Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+		-XX:+ExitOnOutOfMemoryError -XX:-UsePerfData -Djava.awt.headless=true \
+		"-Xlog:gc:file=$STATE/gc.log:time,uptime:filecount=2,filesize=10m" \
+		"-Dlog4j2.configurationFile=$STATE/log4j2.properties"
+}
+
+format_storage() {
+	local cluster_id=$1 opts
+	mapfile -t opts < <(jvm_opts)
+	rm -rf "$STATE/data"
+	if ! "$JAVA" "${opts[@]}" -cp "$LIBS/*" kafka.tools.StorageTool \
+		format -t "$cluster_id" -c "$STATE/server.properties" >>"$JVM_LOG" 2>&1; then
+		tail -n 20 "$JVM_LOG" >&2
+		die "formatting the storage in $STATE/data failed (see $JVM_LOG)"
+	fi
+}
+
+# running_pid prints the broker's pid when that process is alive and really is
+# the broker of this state dir (a stale pid file may name a reused pid).
+running_pid() {
+	local pid
+	[[ -f $PID_FILE ]] || return 1
+	pid=$(<"$PID_FILE")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$STATE/server.properties" || return 1
+	printf '%s\n' "$pid"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# launch starts the JVM detached from this shell (own session, stdin closed,
+# output to a file) so that callers reading our stdout see EOF at once, and
+# waits until the broker has logged that it started and its port answers.
+# Returns 0 when ready, 1 when the JVM died, 2 on timeout.
+launch() {
+	local broker_port=$1 opts from pid deadline
+	mapfile -t opts < <(jvm_opts)
+	from=$(($(stat -c %s "$BROKER_LOG" 2>/dev/null || echo 0) + 1))
+	printf '%s\n' "$from" >"$STATE/log.offset"
+	setsid "$JAVA" "${opts[@]}" -cp "$LIBS/*" kafka.Kafka "$STATE/server.properties" \
+		</dev/null >>"$JVM_LOG" 2>&1 &
+	pid=$!
+	printf '%s\n' "$pid" >"$PID_FILE"
+	deadline=$((SECONDS + READY_TIMEOUT_S))
+	while :; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid" 2>/dev/null || true
+			return 1
+		fi
+		if tail -c "+$from" "$BROKER_LOG" 2>/dev/null | grep -q 'Kafka Server started' &&
+			port_open "$broker_port"; then
+			return 0
+		fi
+		if ((SECONDS >= deadline)); then
+			return 2
+		fi
+		sleep 0.2
+	done
+}
+
+# new_log prints what the broker logged since the last launch.
+new_log() { tail -c "+$(cat "$STATE/log.offset" 2>/dev/null || echo 1)" "$BROKER_LOG" 2>/dev/null || true; }
+
+bind_clash() { new_log | grep -q 'Address already in use'; }
+
+report_started() {
+	local broker_port=$1 started=$2 version
+	version=$(new_log | sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' | head -n 1)
+	log "Apache Kafka ${version:-unknown version} (KRaft broker+controller, node 1, pid $(<"$PID_FILE"), ready in $((SECONDS - started)) s)"
+	log "broker log: $BROKER_LOG"
+	printf 'KEYHOOK_TEST_KAFKA_BROKERS=127.0.0.1:%s\n' "$broker_port"
+}
+
+launch_failed() {
+	local why=$1
+	log "the broker $why; last lines of $BROKER_LOG:"
+	new_log | tail -n 30 >&2
+	tail -n 10 "$JVM_LOG" >&2 2>/dev/null || true
+	die "Kafka did not start (broker log: $BROKER_LOG, JVM output: $JVM_LOG)"
+}
+
+# ensure_state_dir refuses to take over a folder it did not create: stop
+# removes the state dir, and that must never be someone's real data.
+ensure_state_dir() {
+	if [[ -d $STATE && ! -f $STATE/$MARKER ]] && [[ -n $(ls -A "$STATE") ]]; then
+		die "$STATE exists and was not made by scripts/kafka.sh; set KEYHOOK_KAFKA_DIR to another folder"
+	fi
+}
+
+cmd_fetch() {
+	fetch_libs
+	log "jars for Kafka $KAFKA_VERSION are in $LIBS"
+}
+
+cmd_start() {
+	local pid started attempt rc ports broker_port controller_port cluster_id
+	started=$SECONDS
+	JAVA=$(java_bin)
+	check_java
+	fetch_libs
+	ensure_state_dir
+	if pid=$(running_pid); then
+		read -r broker_port _ <"$PORTS_FILE"
+		log "already running in $STATE (pid $pid)"
+		log "broker log: $BROKER_LOG"
+		printf 'KEYHOOK_TEST_KAFKA_BROKERS=127.0.0.1:%s\n' "$broker_port"
+		return
+	fi
+	rm -rf "$STATE"
+	mkdir -p "$STATE"
+	touch "$STATE/$MARKER"
+	cluster_id=$(new_cluster_id)
+	for attempt in 1 2 3; do
+		ports=$(pick_ports)
+		read -r broker_port controller_port <<<"$ports"
+		write_config "$broker_port" "$controller_port"
+		format_storage "$cluster_id"
+		rc=0
+		launch "$broker_port" || rc=$?
+		if ((rc == 0)); then
+			report_started "$broker_port" "$started"
+			return
+		fi
+		if ((rc == 1)) && bind_clash && ((attempt < 3)); then
+			log "port $broker_port or $controller_port was taken; trying others"
+			continue
+		fi
+		break
+	done
+	stop_process TERM
+	if ((rc == 2)); then
+		launch_failed "was not ready within $READY_TIMEOUT_S s"
+	fi
+	launch_failed "exited"
+}
+
+# stop_process ends the broker, with SIGTERM (a clean shutdown, SIGKILL after
+# STOP_TIMEOUT_S) or at once with SIGKILL, and waits until it is gone.
+stop_process() {
+	local signal=$1 pid deadline
+	pid=$(running_pid) || return 0
+	kill -"$signal" "$pid" 2>/dev/null || true
+	deadline=$((SECONDS + STOP_TIMEOUT_S))
+	while kill -0 "$pid" 2>/dev/null; do
+		if ((SECONDS >= deadline)); then
+			log "pid $pid still running after ${STOP_TIMEOUT_S} s; sending SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			deadline=$((SECONDS + STOP_TIMEOUT_S))
+		fi
+		sleep 0.1
+	done
+	rm -f "$PID_FILE"
+}
+
+cmd_stop() {
+	local pid
+	ensure_state_dir
+	if pid=$(running_pid); then
+		stop_process TERM
+		log "stopped pid $pid"
+	else
+		log "not running"
+	fi
+	rm -rf "$STATE"
+}
+
+cmd_restart() {
+	local signal=TERM started attempt rc broker_port controller_port
+	case "${1:-}" in
+	"") ;;
+	--kill) signal=KILL ;;
+	*) usage ;;
+	esac
+	started=$SECONDS
+	JAVA=$(java_bin)
+	[[ -f $STATE/$MARKER && -f $PORTS_FILE && -d $STATE/data ]] ||
+		die "no broker state in $STATE: run scripts/kafka.sh start first"
+	read -r broker_port controller_port <"$PORTS_FILE"
+	stop_process "$signal"
+	log "stopped (SIG$signal); starting again on 127.0.0.1:$broker_port with the same data"
+	# The ports are the broker's identity for its clients: retry the same ones
+	# briefly instead of moving, should something grab one meanwhile.
+	for attempt in 1 2 3 4 5; do
+		rc=0
+		launch "$broker_port" || rc=$?
+		if ((rc == 0)); then
+			report_started "$broker_port" "$started"
+			return
+		fi
+		if ((rc == 1)) && bind_clash && ((attempt < 5)); then
+			sleep 1
+			continue
+		fi
+		break
+	done
+	stop_process TERM
+	if ((rc == 2)); then
+		launch_failed "was not ready within $READY_TIMEOUT_S s after the restart"
+	fi
+	launch_failed "exited after the restart"
+}
+
+cmd_status() {
+	local pid broker_port
+	if pid=$(running_pid); then
+		read -r broker_port _ <"$PORTS_FILE"
+		printf 'running: pid %s, KEYHOOK_TEST_KAFKA_BROKERS=127.0.0.1:%s, broker log %s\n' \
+			"$pid" "$broker_port" "$BROKER_LOG"
+		return 0
+	fi
+	printf 'not running (state dir %s)\n' "$STATE"
+	return 3
+}
+
+main() {
+	local cmd=${1:-}
+	shift || true
+	case "$cmd" in
+	start) cmd_start ;;
+	stop) cmd_stop ;;
+	restart) cmd_restart "$@" ;;
+	status) cmd_status ;;
+	fetch) cmd_fetch ;;
+	*) usage ;;
+	esac
+}
+
+main "$@"

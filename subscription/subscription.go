@@ -1,0 +1,113 @@
+package subscription
+
+import (
+	"time"
+)
+
+// Ordering says which records of a partition may be delivered concurrently.
+type Ordering string
+
+const (
+	// OrderKey delivers records of one key one at a time, in offset order;
+	// different keys go concurrently. A keyless record is its own lane.
+	OrderKey Ordering = "key"
+	// OrderPartition delivers a partition strictly in offset order.
+	OrderPartition Ordering = "partition"
+	// OrderNone delivers every record concurrently.
+	OrderNone Ordering = "none"
+)
+
+// Start says where a new subscription begins reading a topic that its
+// consumer group has no commit for.
+type Start string
+
+const (
+	// StartEarliest begins at the oldest retained record.
+	StartEarliest Start = "earliest"
+	// StartLatest begins at the end of the log: only new records.
+	StartLatest Start = "latest"
+)
+
+// Defaults applied by Normalize to fields left empty.
+const (
+	DefaultMaxInFlight = 256
+	// DeadLetterNone as dead_letter_topic blocks the key instead of
+	// dead-lettering a record that cannot be delivered.
+	DeadLetterNone = "none"
+)
+
+// Subscription binds topics to an endpoint with a delivery policy. Each
+// subscription is its own Kafka consumer group.
+type Subscription struct {
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Topics      []string `json:"topics"`
+	Endpoint    Endpoint `json:"endpoint"`
+	Ordering    Ordering `json:"ordering"`
+	MaxInFlight int      `json:"max_in_flight"`
+	Start       Start    `json:"start"`
+	// DeadLetterTopic receives records whose delivery ended without
+	// success. Empty means "<topic>.keyhook.dlq"; DeadLetterNone disables
+	// dead-lettering (the key blocks until an operator acts).
+	DeadLetterTopic string    `json:"dead_letter_topic,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	// Version increases with every change; nodes restart the
+	// subscription's consumer when it changes.
+	Version int64 `json:"version"`
+}
+
+// Endpoint is where deliveries go.
+type Endpoint struct {
+	URL string `json:"url"`
+	// TimeoutMS bounds one attempt; 0 means the node's default (30 s).
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+}
+
+// GroupID is the Kafka consumer group of the subscription.
+func (s *Subscription) GroupID() string { return "keyhook-" + s.ID }
+
+// DeadLetterTopicFor names the dead-letter topic for records read from
+// topic, or "" when dead-lettering is off.
+func (s *Subscription) DeadLetterTopicFor(topic string) string {
+	switch s.DeadLetterTopic {
+	case "":
+		return topic + ".keyhook.dlq"
+	case DeadLetterNone:
+		return ""
+	default:
+		return s.DeadLetterTopic
+	}
+}
+
+// Status is the delivery state of a subscription, per partition.
+type Status struct {
+	SubscriptionID string            `json:"subscription_id"`
+	Partitions     []PartitionStatus `json:"partitions"`
+}
+
+// PartitionStatus joins what Kafka knows (commit, log end) with what the
+// tracking state in Redis knows (watermark, pending, acked ranges, owner).
+type PartitionStatus struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Committed is the group's committed offset in Kafka, -1 if none.
+	Committed int64 `json:"committed"`
+	// LogEnd is the partition's high watermark.
+	LogEnd int64 `json:"log_end"`
+	// Lag is LogEnd minus Committed (LogEnd when nothing is committed).
+	Lag int64 `json:"lag"`
+	// Watermark is the lowest offset not acked, as last flushed.
+	Watermark int64 `json:"watermark"`
+	// Pending counts fetched offsets at or above the watermark not acked.
+	Pending  int64 `json:"pending"`
+	InFlight int64 `json:"in_flight"`
+	// AckedRanges are the acked offsets above the watermark, inclusive
+	// [first, last] pairs.
+	AckedRanges [][2]int64 `json:"acked_ranges"`
+	Owner       string     `json:"owner"`
+	// OldestPending is when the oldest pending record was dispatched.
+	OldestPending *time.Time `json:"oldest_pending,omitempty"`
+	// Updated is when the owner last flushed its state.
+	Updated *time.Time `json:"updated,omitempty"`
+}

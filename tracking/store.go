@@ -1,0 +1,326 @@
+package tracking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keyhook/keyhook/tracking/offsets"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrFenced means another owner holds the partition: its epoch differs
+// from the caller's, or its newer group generation holds a fresh claim.
+// The caller has lost the partition and must stop acting on it.
+var ErrFenced = errors.New("tracking: fenced by a newer owner")
+
+// ErrStateLost means the partition's key is absent: Redis lost its data
+// (a restart without persistence, a flush, an eviction) or the
+// subscription was deleted. Nothing was written. The caller may claim the
+// partition again and carry on from the Kafka commit; records acked since
+// then may be delivered twice, none are lost.
+var ErrStateLost = errors.New("tracking: partition state missing")
+
+// Defaults applied to the zero fields of a Config.
+const (
+	// DefaultPrefix starts every key when Config.Prefix is empty.
+	DefaultPrefix = "keyhook"
+	// DefaultStaleClaim is used when Config.StaleClaim is zero.
+	DefaultStaleClaim = 2 * time.Minute
+)
+
+// Config holds the Store's tunables. The zero value means defaults.
+type Config struct {
+	// Prefix starts every key the Store writes, so several keyhook
+	// installations can share one Redis. It must not contain '{' or '}',
+	// which would move the Redis Cluster hash tag. Default "keyhook".
+	Prefix string
+	// StaleClaim is how long a partition's state must go without a claim,
+	// flush or release before a node from an older group generation may
+	// claim it. It bounds how long a partition stalls when the group's
+	// generation restarts (the group expired and was recreated), and must
+	// comfortably exceed the owners' flush interval so a live owner is
+	// never mistaken for a dead one. At least a millisecond; default
+	// 2 minutes.
+	StaleClaim time.Duration
+}
+
+// Validate reports the first invalid field of c. Zero fields are valid:
+// they mean the default.
+func (c Config) Validate() error {
+	if strings.ContainsAny(c.Prefix, "{}") {
+		return fmt.Errorf("tracking: config: Prefix %q must not contain '{' or '}'", c.Prefix)
+	}
+	if c.StaleClaim < 0 || (c.StaleClaim > 0 && c.StaleClaim < time.Millisecond) {
+		return fmt.Errorf("tracking: config: StaleClaim %v must be 0 (default %v) or at least 1ms", c.StaleClaim, DefaultStaleClaim)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.StaleClaim == 0 {
+		c.StaleClaim = DefaultStaleClaim
+	}
+	return c
+}
+
+// Store reads and writes partitions' tracking state in Redis. It is safe
+// for concurrent use; it holds no state of its own beyond its
+// configuration, so a partition's state is only ever what Redis says.
+type Store struct {
+	rdb     redis.UniversalClient
+	prefix  string
+	staleMS int64
+}
+
+// New returns a Store over rdb, which the caller keeps ownership of (the
+// Store never closes it). It returns an error naming the bad field when
+// cfg is invalid.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if rdb == nil {
+		return nil, errors.New("tracking: new: nil redis client")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Store{rdb: rdb, prefix: cfg.Prefix, staleMS: cfg.StaleClaim.Milliseconds()}, nil
+}
+
+// PartitionKey names one partition of one subscription's topic. The
+// subscription id must not contain '{' or '}', and the topic must not
+// contain ':', '{' or '}' (Kafka topic names never do).
+type PartitionKey struct {
+	Subscription string
+	Topic        string
+	Partition    int32
+}
+
+// String returns "subscription/topic/partition", for logs and errors.
+func (pk PartitionKey) String() string {
+	return pk.Subscription + "/" + pk.Topic + "/" + strconv.FormatInt(int64(pk.Partition), 10)
+}
+
+// Claim is what a new owner learns when it claims a partition.
+type Claim struct {
+	// Epoch identifies this ownership; Flush and Release must present it.
+	Epoch int64
+	// Acked holds the offsets the previous owners acked at or above their
+	// last flushed watermark; the new owner skips them. Never nil.
+	Acked *offsets.Set
+	// Committed mirrors the last Kafka commit the previous owners made,
+	// -1 if none.
+	Committed int64
+	// PrevOwner is the node that owned the partition, "" if it released
+	// it gracefully or nobody ever did.
+	PrevOwner string
+}
+
+// Claim makes owner the owner of pk under a new epoch and returns the
+// stored acked offsets and commit mirror, so the new owner can skip what
+// was already delivered.
+//
+// It returns ErrFenced, changing nothing, when the stored generation is
+// greater than generation and the state was updated less than
+// Config.StaleClaim ago: a node that missed a rebalance cannot steal the
+// partition back, but a generation reset cannot stall it forever either.
+// Claiming a partition with no state creates it.
+func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, generation int32) (Claim, error) {
+	if err := pk.validate(); err != nil {
+		return Claim{}, fmt.Errorf("tracking: claim: %w", err)
+	}
+	if owner == "" {
+		return Claim{}, fmt.Errorf("tracking: claim %s: empty owner", pk)
+	}
+	res, err := claimCmd.Run(ctx, s.rdb, []string{partitionKey(s.prefix, pk)}, owner, generation, s.staleMS).Slice()
+	if err != nil {
+		return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
+	}
+	switch status(res) {
+	case "ok":
+		if len(res) != 5 {
+			return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
+		}
+		epoch, ok1 := res[1].(int64)
+		acked, ok2 := res[2].(string)
+		committed, err := strconv.ParseInt(fmt.Sprint(res[3]), 10, 64)
+		prev, ok3 := res[4].(string)
+		if !ok1 || !ok2 || !ok3 || err != nil {
+			return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
+		}
+		set := new(offsets.Set)
+		if acked != "" {
+			if err := set.UnmarshalBinary([]byte(acked)); err != nil {
+				return Claim{}, fmt.Errorf("tracking: claim %s: stored acked offsets: %w", pk, err)
+			}
+		}
+		return Claim{Epoch: epoch, Acked: set, Committed: committed, PrevOwner: prev}, nil
+	case "fenced":
+		return Claim{}, fmt.Errorf("tracking: claim %s with generation %d: %w (generation %v held by %q, updated %vms ago)",
+			pk, generation, ErrFenced, at(res, 1), at(res, 2), at(res, 3))
+	default:
+		return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
+	}
+}
+
+// Flush is the owner's in-memory state of one partition, written to Redis
+// by Store.Flush.
+type Flush struct {
+	// Epoch is the one Claim returned.
+	Epoch int64
+	// Acked holds the acked offsets at or above Watermark. Trim it
+	// (offsets.Set.TrimBelow) before flushing: offsets below the
+	// watermark only cost space. Nil means none.
+	Acked *offsets.Set
+	// Watermark is the lowest offset not acked.
+	Watermark int64
+	// Fetched is the next offset to fetch.
+	Fetched int64
+	// Committed mirrors the last Kafka commit, -1 if none.
+	Committed int64
+	// Pending counts fetched offsets at or above the watermark not acked.
+	Pending int64
+	// InFlight counts records dispatched to the endpoint right now.
+	InFlight int64
+	// Oldest is when the oldest pending record was dispatched; zero if
+	// none is pending.
+	Oldest time.Time
+}
+
+// Flush writes f as pk's state in one round trip, iff f.Epoch is still the
+// current epoch. Otherwise nothing is written and it returns ErrFenced
+// (another owner claimed pk) or ErrStateLost (pk's key is gone).
+func (s *Store) Flush(ctx context.Context, pk PartitionKey, f Flush) error {
+	if err := pk.validate(); err != nil {
+		return fmt.Errorf("tracking: flush: %w", err)
+	}
+	var acked []byte
+	if f.Acked != nil {
+		acked = f.Acked.AppendBinary(nil)
+	} else {
+		acked = (&offsets.Set{}).AppendBinary(nil)
+	}
+	var oldest int64
+	if !f.Oldest.IsZero() {
+		oldest = f.Oldest.UnixMilli()
+	}
+	res, err := flushCmd.Run(ctx, s.rdb, []string{partitionKey(s.prefix, pk)},
+		f.Epoch, acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest).Slice()
+	if err != nil {
+		return fmt.Errorf("tracking: flush %s: %w", pk, err)
+	}
+	return fencedReply("flush", pk, f.Epoch, res)
+}
+
+// Release clears pk's owner after a graceful handover, iff epoch is still
+// the current epoch; the acked offsets and the epoch stay for the next
+// owner. It returns ErrFenced when another owner claimed pk, and
+// ErrStateLost when pk's key is gone; nothing is written then.
+func (s *Store) Release(ctx context.Context, pk PartitionKey, epoch int64) error {
+	if err := pk.validate(); err != nil {
+		return fmt.Errorf("tracking: release: %w", err)
+	}
+	res, err := releaseCmd.Run(ctx, s.rdb, []string{partitionKey(s.prefix, pk)}, epoch).Slice()
+	if err != nil {
+		return fmt.Errorf("tracking: release %s: %w", pk, err)
+	}
+	return fencedReply("release", pk, epoch, res)
+}
+
+// fencedReply turns the reply of an epoch-checked script into an error.
+func fencedReply(op string, pk PartitionKey, epoch int64, res []any) error {
+	switch status(res) {
+	case "ok":
+		return nil
+	case "fenced":
+		return fmt.Errorf("tracking: %s %s with epoch %d: %w (current epoch %v)", op, pk, epoch, ErrFenced, at(res, 1))
+	case "lost":
+		return fmt.Errorf("tracking: %s %s: %w", op, pk, ErrStateLost)
+	default:
+		return fmt.Errorf("tracking: %s %s: unexpected script reply %v", op, pk, res)
+	}
+}
+
+func status(res []any) string {
+	if len(res) == 0 {
+		return ""
+	}
+	s, _ := res[0].(string)
+	return s
+}
+
+func at(res []any, i int) any {
+	if i < len(res) {
+		return res[i]
+	}
+	return nil
+}
+
+// DeleteSubscription removes every tracking key of a subscription. It
+// scans the keyspace (every master of a Redis Cluster), which is fine for
+// an operation as rare as deleting a subscription. Call it once the
+// subscription's consumers have stopped: an owner still flushing gets
+// ErrStateLost and could claim its partition again.
+func (s *Store) DeleteSubscription(ctx context.Context, subscriptionID string) error {
+	if err := validSubscription(subscriptionID); err != nil {
+		return fmt.Errorf("tracking: delete subscription: %w", err)
+	}
+	pattern := subscriptionPattern(s.prefix, subscriptionID)
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return s.deleteMatching(ctx, c, pattern, subscriptionID)
+		})
+	} else {
+		err = s.deleteMatching(ctx, s.rdb, pattern, subscriptionID)
+	}
+	if err != nil {
+		return fmt.Errorf("tracking: delete subscription %q: %w", subscriptionID, err)
+	}
+	return nil
+}
+
+// scanBatch is the COUNT hint of each SCAN step.
+const scanBatch = 512
+
+// deleteMatching unlinks, on one server, the keys matching pattern that
+// belong to subscription exactly. Keys are unlinked one per command: on a
+// cluster they live in different slots.
+func (s *Store) deleteMatching(ctx context.Context, c redis.Cmdable, pattern, subscription string) error {
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, pattern, scanBatch).Result()
+		if err != nil {
+			return fmt.Errorf("scan: %w", err)
+		}
+		var mine []string
+		for _, k := range keys {
+			// The pattern also matches ids that extend this one across a
+			// colon ("a" matches "a:b"); keep only exact owners.
+			if pk, ok := parsePartitionKey(s.prefix, k); ok && pk.Subscription == subscription {
+				mine = append(mine, k)
+			}
+		}
+		if len(mine) > 0 {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range mine {
+					p.Unlink(ctx, k)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("unlink: %w", err)
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}

@@ -1,0 +1,252 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// ErrInvalidURL is wrapped by every error that [AddressPolicy.CheckURL]
+// returns for bad input (including forbidden addresses), and by [Client.Send]
+// when a request's URL cannot be sent at all. Such an attempt is final:
+// retrying cannot fix the URL.
+var ErrInvalidURL = errors.New("webhooks: invalid url")
+
+// AddressPolicy decides which destination IP addresses egress may reach.
+//
+// The zero value refuses loopback, private, link-local, unspecified,
+// multicast, shared (CGNAT), broadcast, reserved and cloud metadata
+// addresses, including their IPv4-mapped, NAT64 and 6to4 forms.
+type AddressPolicy struct {
+	// AllowPrivate allows every address, metadata endpoints included. It is
+	// an operator switch for deployments whose endpoints live on a private
+	// network (development, in-cluster services) and is all or nothing on
+	// purpose: a partial allow list would look safe while still exposing
+	// whatever the operator forgot.
+	AllowPrivate bool
+	// Resolver resolves host names in CheckURL and at dial time. Nil means
+	// net.DefaultResolver.
+	Resolver *net.Resolver
+}
+
+// Prefixes that the netip predicates do not cover. Parsed once; never
+// mutated.
+var (
+	cgnatPrefix      = netip.MustParsePrefix("100.64.0.0/10")
+	thisNetPrefix    = netip.MustParsePrefix("0.0.0.0/8")
+	reservedV4Prefix = netip.MustParsePrefix("240.0.0.0/4")
+	siteLocalPrefix  = netip.MustParsePrefix("fec0::/10")
+	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")
+	metadataV4       = netip.MustParseAddr("169.254.169.254")
+	metadataV6       = netip.MustParseAddr("fd00:ec2::254")
+	broadcastV4      = netip.MustParseAddr("255.255.255.255")
+)
+
+// Forbidden reports why ip may not be reached, as a phrase such as
+// "a loopback address", or "" when it is allowed. With AllowPrivate every
+// valid address is allowed.
+func (p AddressPolicy) Forbidden(ip netip.Addr) string {
+	if !ip.IsValid() {
+		// Fail closed: an address we cannot read is not one we can vouch for.
+		return "an invalid address"
+	}
+	if p.AllowPrivate {
+		return ""
+	}
+	return forbiddenReason(ip.WithZone(""))
+}
+
+func forbiddenReason(ip netip.Addr) string {
+	if ip.Is4In6() {
+		if r := forbiddenReason(ip.Unmap()); r != "" {
+			return r + " (IPv4-mapped)"
+		}
+		return ""
+	}
+	// NAT64 and 6to4 addresses carry an IPv4 address that a gateway on the
+	// path will reach on our behalf, so they are judged by that address.
+	if nat64Prefix.Contains(ip) {
+		b := ip.As16()
+		if r := forbiddenReason(netip.AddrFrom4([4]byte(b[12:16]))); r != "" {
+			return r + " (NAT64)"
+		}
+		return ""
+	}
+	if sixToFourPrefix.Contains(ip) {
+		b := ip.As16()
+		if r := forbiddenReason(netip.AddrFrom4([4]byte(b[2:6]))); r != "" {
+			return r + " (6to4)"
+		}
+		return ""
+	}
+	// Metadata first: both addresses also fall in broader ranges below, and
+	// the precise reason is the one an operator needs to read.
+	switch {
+	case ip == metadataV4 || ip == metadataV6:
+		return "a cloud metadata address"
+	case ip.IsUnspecified():
+		return "an unspecified address"
+	case ip.IsLoopback():
+		return "a loopback address"
+	case ip.IsPrivate() || siteLocalPrefix.Contains(ip):
+		return "a private address"
+	case ip.IsLinkLocalUnicast():
+		return "a link-local address"
+	case ip.IsMulticast():
+		return "a multicast address"
+	case cgnatPrefix.Contains(ip):
+		return "a shared (CGNAT) address"
+	case ip == broadcastV4:
+		return "a broadcast address"
+	case thisNetPrefix.Contains(ip) || reservedV4Prefix.Contains(ip):
+		return "a reserved address"
+	}
+	return ""
+}
+
+// ErrForbiddenAddress is the error of a connection refused by an
+// [AddressPolicy]. The dialer of a [Client] returns it (wrapped in the usual
+// *url.Error and *net.OpError) and [AddressPolicy.CheckURL] wraps it; callers
+// find it with errors.As. A delivery that meets it is final.
+type ErrForbiddenAddress struct {
+	// Host is the host name of the URL, when known; it equals Addr for IP
+	// literals.
+	Host string
+	// Addr is the refused address.
+	Addr netip.Addr
+	// Reason is the phrase returned by [AddressPolicy.Forbidden].
+	Reason string
+}
+
+// Error implements error.
+func (e *ErrForbiddenAddress) Error() string {
+	if e.Host != "" && e.Host != e.Addr.String() {
+		return fmt.Sprintf("webhooks: refusing to connect to %s (%s), %s", e.Addr, e.Host, e.Reason)
+	}
+	return fmt.Sprintf("webhooks: refusing to connect to %s, %s", e.Addr, e.Reason)
+}
+
+// checkError is a user-facing message that still unwraps to the errors it
+// stands for, so callers can branch with errors.Is/As while showing the
+// message as is.
+type checkError struct {
+	msg  string
+	errs []error
+}
+
+func (e *checkError) Error() string   { return e.msg }
+func (e *checkError) Unwrap() []error { return e.errs }
+
+func invalidURL(format string, args ...any) error {
+	return &checkError{msg: fmt.Sprintf(format, args...), errs: []error{ErrInvalidURL}}
+}
+
+// CheckURL validates an endpoint URL at registration: the scheme must be http
+// or https, the host present, no user information, and every address the
+// host resolves to must be allowed by the policy. A host that does not
+// resolve is refused too, since no delivery could reach it.
+//
+// Errors are meant for the user who registered the URL (they end up in a
+// 400 response): they name the problem, never repeat the query string or
+// credentials, wrap [ErrInvalidURL], and wrap *[ErrForbiddenAddress] when an
+// address is refused. Only cancellation of ctx returns an error that does not
+// wrap ErrInvalidURL.
+func (p AddressPolicy) CheckURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error repeats the whole URL, query string included; keep only
+		// the reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return invalidURL("endpoint.url is not a valid URL: %v", err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+	case "":
+		return invalidURL("endpoint.url must be an absolute http or https URL")
+	default:
+		return invalidURL("endpoint.url scheme must be http or https, not %q", u.Scheme)
+	}
+	if u.User != nil {
+		return invalidURL("endpoint.url must not contain user information (user:password@); send credentials in headers instead")
+	}
+	host := u.Hostname()
+	if host == "" {
+		return invalidURL("endpoint.url must have a host")
+	}
+
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		addrs, err = p.resolver().LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("webhooks: resolve endpoint host: %w", context.Cause(ctx))
+			}
+			// A DNSError names the resolver's own address; the user needs
+			// only the reason.
+			reason := err.Error()
+			var de *net.DNSError
+			if errors.As(err, &de) {
+				reason = de.Err
+			}
+			return invalidURL("endpoint.url host %q does not resolve: %s", host, reason)
+		}
+		// The resolver reports IPv4 answers in their IPv4-mapped form;
+		// show the user the address they would recognise.
+		for i, a := range addrs {
+			addrs[i] = a.Unmap()
+		}
+		if len(addrs) == 0 {
+			return invalidURL("endpoint.url host %q resolves to no address", host)
+		}
+	}
+	for _, a := range addrs {
+		reason := p.Forbidden(a)
+		if reason == "" {
+			continue
+		}
+		fa := &ErrForbiddenAddress{Host: host, Addr: a.WithZone(""), Reason: reason}
+		subject := "endpoint.url"
+		if fa.Host != fa.Addr.String() {
+			subject = fmt.Sprintf("endpoint.url host %q", host)
+		}
+		return &checkError{
+			msg:  fmt.Sprintf("%s resolves to %s, %s; set --allow-private-endpoints to allow", subject, fa.Addr, reason),
+			errs: []error{ErrInvalidURL, fa},
+		}
+	}
+	return nil
+}
+
+func (p AddressPolicy) resolver() *net.Resolver {
+	if p.Resolver != nil {
+		return p.Resolver
+	}
+	return net.DefaultResolver
+}
+
+// redactURL keeps only the scheme and host of raw for error messages: query
+// strings and, for hosted webhook services, paths routinely carry tokens.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(invalid url)"
+	}
+	return u.Scheme + "://" + u.Host + redactedPath(u.Path)
+}
+
+func redactedPath(path string) string {
+	if strings.Trim(path, "/") == "" {
+		return ""
+	}
+	return "/..."
+}

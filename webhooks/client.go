@@ -1,0 +1,318 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Defaults of ClientConfig, applied to fields left at their zero value.
+const (
+	DefaultTimeout             = 30 * time.Second
+	DefaultMaxResponseBytes    = 64 << 10
+	DefaultUserAgent           = "keyhook"
+	DefaultMaxIdleConnsPerHost = 256
+)
+
+// Fixed transport timeouts. They bound the phases that a slow or hostile
+// endpoint could otherwise stretch without limit.
+const (
+	dialTimeout         = 5 * time.Second
+	tlsHandshakeTimeout = 10 * time.Second
+	idleConnTimeout     = 90 * time.Second
+	// drainBytes is how much of a response beyond MaxResponseBytes is read
+	// and thrown away so that an HTTP/1.1 connection can be reused. A longer
+	// body costs one new connection, which is cheaper than reading it.
+	drainBytes = 1 << 20
+)
+
+// Header names set by Send.
+const (
+	HeaderAttempt   = "keyhook-attempt"
+	HeaderWebhookID = "webhook-id"
+)
+
+// ownedHeaders are set by Send alone, whatever the caller passes.
+var ownedHeaders = map[string]bool{
+	"Content-Type":                           true,
+	"User-Agent":                             true,
+	http.CanonicalHeaderKey(HeaderAttempt):   true,
+	http.CanonicalHeaderKey(HeaderWebhookID): true,
+}
+
+// Clock is the source of time for attempt timestamps and for the waits
+// between attempts. Tests inject one so that backoff takes no real time.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTimer starts a timer of d. The channel receives once d has elapsed;
+	// the function stops the timer early and reports whether it did.
+	NewTimer(d time.Duration) (<-chan time.Time, func() bool)
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// ClientConfig tunes a [Client]. The zero value is usable: every field left
+// at zero takes the default named in its comment.
+type ClientConfig struct {
+	// Policy decides which addresses the client may connect to. It is
+	// enforced at connect time, after DNS resolution.
+	Policy AddressPolicy
+	// Timeout bounds one attempt: connecting, sending, waiting for the
+	// response headers and reading the response body. Default 30s.
+	Timeout time.Duration
+	// MaxResponseBytes is how much of a response body is kept in
+	// Attempt.Body. Up to 1 MiB more is read and discarded so the connection
+	// can be reused; the body is always closed. Default 64 KiB.
+	MaxResponseBytes int64
+	// UserAgent is sent as User-Agent. Default "keyhook".
+	UserAgent string
+	// MaxIdleConnsPerHost is how many idle connections are kept per
+	// endpoint host. Endpoints receive many concurrent requests, so the
+	// default is high: 256.
+	MaxIdleConnsPerHost int
+	// Clock times attempts and backoff waits. Nil means the system clock.
+	Clock Clock
+}
+
+// Client sends webhook requests. It is safe for concurrent use; create one
+// and share it, so connections are pooled across deliveries.
+type Client struct {
+	cfg   ClientConfig
+	http  *http.Client
+	tr    *http.Transport
+	clock Clock
+}
+
+// NewClient returns a Client whose dialer checks every destination address
+// against cfg.Policy at connect time, which follows no redirects (a 3xx is an
+// outcome like any other status) and which speaks HTTP/1.1 and HTTP/2.
+// Environment proxies are ignored on purpose: through a proxy the address
+// check would vet the proxy, not the endpoint.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	switch {
+	case cfg.Timeout < 0:
+		return nil, errors.New("webhooks: client timeout must not be negative")
+	case cfg.MaxResponseBytes < 0:
+		return nil, errors.New("webhooks: client max response bytes must not be negative")
+	case cfg.MaxIdleConnsPerHost < 0:
+		return nil, errors.New("webhooks: client max idle conns per host must not be negative")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = DefaultUserAgent
+	}
+	if cfg.MaxIdleConnsPerHost == 0 {
+		cfg.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = systemClock{}
+	}
+
+	policy := cfg.Policy
+	dialer := &net.Dialer{
+		Timeout:   dialTimeout,
+		KeepAlive: 30 * time.Second,
+		Resolver:  policy.Resolver,
+		// Control runs after resolution, once per candidate address, before
+		// the connect: the address checked is the address used, whatever DNS
+		// answered at registration.
+		Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return &ErrForbiddenAddress{Reason: "an unparsable address " + strconv.Quote(address)}
+			}
+			if reason := policy.Forbidden(ap.Addr()); reason != "" {
+				return &ErrForbiddenAddress{Addr: ap.Addr().WithZone(""), Reason: reason}
+			}
+			return nil
+		},
+	}
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			var fa *ErrForbiddenAddress
+			if err != nil && errors.As(err, &fa) && fa.Host == "" {
+				// Control sees only the resolved address; name the host
+				// too so the error says which endpoint resolved where.
+				if host, _, splitErr := net.SplitHostPort(addr); splitErr == nil {
+					fa.Host = host
+				}
+			}
+			return conn, err
+		},
+		// A custom DialContext and TLS config turn automatic HTTP/2 off;
+		// ask for it explicitly.
+		ForceAttemptHTTP2:     true,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   tlsHandshakeTimeout,
+		ResponseHeaderTimeout: cfg.Timeout,
+		MaxIdleConns:          0, // no global cap: the per-host cap and the idle timeout bound it
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
+		IdleConnTimeout:       idleConnTimeout,
+	}
+	hc := &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	return &Client{cfg: cfg, http: hc, tr: tr, clock: clock}, nil
+}
+
+// CloseIdleConnections closes the pooled connections that carry no request.
+// Call it when the client is no longer needed.
+func (c *Client) CloseIdleConnections() { c.tr.CloseIdleConnections() }
+
+// Request is one webhook to send.
+type Request struct {
+	// URL is the endpoint, http or https.
+	URL string
+	// Body is sent as is, with method POST.
+	Body []byte
+	// ContentType is sent as Content-Type. Default application/octet-stream.
+	ContentType string
+	// Header holds extra headers chosen by the caller (topic, offset, key,
+	// signature...), copied as is, except Content-Type, User-Agent,
+	// keyhook-attempt and webhook-id, which Send sets itself.
+	Header http.Header
+	// DeliveryID is stable across the attempts of one delivery and sent as
+	// webhook-id so endpoints can deduplicate. Empty sends no webhook-id.
+	DeliveryID string
+}
+
+// Attempt is the result of one request.
+type Attempt struct {
+	// Number counts attempts of one delivery from 1.
+	Number int
+	// Status is the HTTP status of the response, 0 if none arrived.
+	Status int
+	// Err says why no response arrived (connection refused, timeout,
+	// forbidden address, cancellation...). It is nil whenever Status is set:
+	// what happens while reading a response body does not change what the
+	// endpoint answered. Errors never contain the URL's path or query.
+	Err error
+	// RetryAfter is the endpoint's Retry-After, 0 when absent or unusable.
+	RetryAfter time.Duration
+	// Started is when the attempt began.
+	Started time.Time
+	// Duration is how long the attempt took, body read included.
+	Duration time.Duration
+	// Body holds the first bytes of the response body, at most
+	// ClientConfig.MaxResponseBytes, for diagnostics.
+	Body []byte
+}
+
+// Send performs one attempt of r, numbered attempt. It sets the headers
+// keyhook-attempt, webhook-id, Content-Type and User-Agent, bounds the
+// attempt by ClientConfig.Timeout, and always closes the response body
+// before returning. Send never retries; see [Client.Deliver].
+func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
+	a := Attempt{Number: attempt, Started: c.clock.Now()}
+	c.send(ctx, r, &a)
+	a.Duration = c.clock.Now().Sub(a.Started)
+	return a
+}
+
+// send fills a with the outcome of one request.
+func (c *Client) send(ctx context.Context, r *Request, a *Attempt) {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := c.newRequest(actx, r, a.Number)
+	if err != nil {
+		a.Err = err
+		return
+	}
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		a.Err = c.describeError(ctx, actx, r.URL, err)
+		return
+	}
+	defer resp.Body.Close()
+	a.Status = resp.StatusCode
+	a.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now())
+	// Read errors are ignored on purpose: the body is diagnostics only and
+	// the status already says what the endpoint decided.
+	a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+}
+
+func (c *Client) newRequest(ctx context.Context, r *Request, attempt int) (*http.Request, error) {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the url.Error would repeat the query string
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w: missing host", ErrInvalidURL)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	for k, vs := range r.Header {
+		if ownedHeaders[http.CanonicalHeaderKey(k)] {
+			// Dropped rather than overwritten: a key in another case would
+			// survive Set and reach the endpoint as a second value.
+			continue
+		}
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	ct := r.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
+	if r.DeliveryID != "" {
+		req.Header.Set(HeaderWebhookID, r.DeliveryID)
+	}
+	return req, nil
+}
+
+// describeError strips the URL down to scheme and host, and says when the
+// attempt's own timeout (rather than the caller's context) ended it.
+func (c *Client) describeError(parent, actx context.Context, raw string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = &url.Error{Op: ue.Op, URL: redactURL(raw), Err: ue.Err}
+	}
+	// Either the attempt's context or the transport's response header
+	// timer, both set to Timeout, may fire first.
+	if parent.Err() == nil && (errors.Is(actx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("webhooks: attempt timed out after %s: %w", c.cfg.Timeout, err)
+	}
+	return err
+}

@@ -178,7 +178,7 @@ func (g *group) deadLetter(ctx context.Context, rec *record, topic string, res w
 	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
 	wait := 100 * time.Millisecond
 	for {
-		err := g.cl.ProduceSync(ctx, out).FirstErr()
+		err := g.client().ProduceSync(ctx, out).FirstErr()
 		if err == nil {
 			g.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 				"dead_letter_topic", topic, "status", res.Last.Status, "attempts", res.Attempts)

@@ -27,7 +27,10 @@ type topicPartition struct {
 type group struct {
 	n   *Node
 	sub *subscription.Subscription
-	cl  *kgo.Client
+	// cl is set by newGroup and, earlier, by the first group callback: the
+	// client joins the group inside kgo.NewClient, so a callback can run
+	// before NewClient has returned.
+	cl  atomic.Pointer[kgo.Client]
 	log *slog.Logger
 
 	// jobs hands ready records to the delivery pool; its MaxInFlight
@@ -97,7 +100,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		g.stopWorkers()
 		return nil, fmt.Errorf("dispatcher: kafka client: %w", err)
 	}
-	g.cl = cl
+	g.cl.Store(cl)
 	return g, nil
 }
 
@@ -126,7 +129,7 @@ func (g *group) run(ctx context.Context) error {
 
 	// Graceful shutdown: everything this node owns is handed over cleanly.
 	g.releaseAll(g.takeWorkers(nil), true)
-	g.cl.Close()
+	g.client().Close()
 	g.stopWorkers()
 	stopPool()
 	bg.Wait()
@@ -136,9 +139,9 @@ func (g *group) run(ctx context.Context) error {
 
 func (g *group) poll(ctx context.Context) error {
 	for {
-		fetches := g.cl.PollRecords(ctx, 10000)
+		fetches := g.client().PollRecords(ctx, 10000)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
-			g.cl.AllowRebalance()
+			g.client().AllowRebalance()
 			return nil
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -158,12 +161,13 @@ func (g *group) poll(ctx context.Context) error {
 				w.push(p.Records)
 			}
 		})
-		g.cl.AllowRebalance()
+		g.client().AllowRebalance()
 	}
 }
 
-func (g *group) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
-	_, gen := g.cl.GroupMetadata()
+func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	g.cl.CompareAndSwap(nil, cl)
+	_, gen := cl.GroupMetadata()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for topic, ps := range assigned {
@@ -195,12 +199,14 @@ func (g *group) onOffsetsFetched(_ context.Context, offs map[string]map[int32]kg
 	return offs, nil
 }
 
-func (g *group) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+func (g *group) onRevoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	g.cl.CompareAndSwap(nil, cl)
 	g.log.Info("partitions revoked", "partitions", revoked)
 	g.releaseAll(g.takeWorkers(revoked), true)
 }
 
-func (g *group) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+func (g *group) onLost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	g.cl.CompareAndSwap(nil, cl)
 	g.log.Warn("partitions lost", "partitions", lost)
 	g.releaseAll(g.takeWorkers(lost), false)
 }
@@ -311,7 +317,7 @@ func (g *group) commit(ws []*worker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var commitErr error
-	g.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	g.client().CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			commitErr = err
 			return
@@ -383,6 +389,8 @@ func (g *group) stats() GroupStats {
 func sortStats(s []GroupStats) {
 	sort.Slice(s, func(i, j int) bool { return s[i].Subscription < s[j].Subscription })
 }
+
+func (g *group) client() *kgo.Client { return g.cl.Load() }
 
 func (g *group) partitionKey(tp topicPartition) tracking.PartitionKey {
 	return tracking.PartitionKey{Subscription: g.sub.ID, Topic: tp.topic, Partition: tp.partition}

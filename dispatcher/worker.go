@@ -209,7 +209,7 @@ func (w *worker) run() {
 func (w *worker) claim() error {
 	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
 	defer cancel()
-	if _, gen := w.g.cl.GroupMetadata(); gen > w.gen {
+	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
 		w.gen = gen
 	}
 	c, err := w.g.n.tracker.Claim(ctx, w.pk, w.g.n.cfg.NodeID, w.gen)
@@ -362,7 +362,7 @@ func (w *worker) pause() {
 	if w.pausedFlag.Swap(true) {
 		return
 	}
-	w.g.cl.PauseFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
+	w.g.client().PauseFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
 }
 
 func (w *worker) resumeIfRoom() {
@@ -375,7 +375,7 @@ func (w *worker) resumeIfRoom() {
 	if !w.pausedFlag.Swap(false) {
 		return
 	}
-	w.g.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
+	w.g.client().ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
 }
 
 // flush writes the partition's state to the tracker when it changed.

@@ -226,17 +226,43 @@ func (w *worker) claim() error {
 	return nil
 }
 
+// processInbox accepts fetched records until the partition's window is
+// full; the rest wait in the inbox (and fetching pauses) until acks move
+// the watermark. The window is thus a hard bound on what is dispatched and
+// tracked, whatever size the fetches have.
 func (w *worker) processInbox() {
 	w.mu.Lock()
 	batches := w.inbox
 	w.inbox = nil
 	w.mu.Unlock()
-	for _, rs := range batches {
-		for _, r := range rs {
+	if len(batches) == 0 {
+		return
+	}
+	w.updateWatermark()
+	for i, rs := range batches {
+		for j, r := range rs {
+			if w.full() {
+				rest := append([][]*kgo.Record{rs[j:]}, batches[i+1:]...)
+				w.mu.Lock()
+				w.inbox = append(rest, w.inbox...)
+				w.mu.Unlock()
+				w.updateWatermark()
+				return
+			}
 			w.accept(r)
 		}
 	}
 	w.updateWatermark()
+}
+
+// full reports whether the window between the watermark and the fetch
+// position is used up.
+func (w *worker) full() bool {
+	wm := w.watermark.Load()
+	if wm < 0 {
+		wm = w.low // first batch: nothing acked yet
+	}
+	return wm >= 0 && w.next >= 0 && w.next-wm >= w.g.n.cfg.MaxWindow
 }
 
 // accept places one fetched record: skipped when already done, otherwise
@@ -331,8 +357,8 @@ func (w *worker) processResults() {
 }
 
 // updateWatermark publishes the watermark for the committer and applies
-// backpressure: above MaxWindow records between the watermark and the fetch
-// position the partition pauses; below half of it, it resumes.
+// backpressure: with MaxWindow records between the watermark and the fetch
+// position the partition pauses; at half of it, it resumes.
 func (w *worker) updateWatermark() {
 	if w.low < 0 {
 		if base := w.base.Load(); base >= 0 {
@@ -350,10 +376,9 @@ func (w *worker) updateWatermark() {
 	if w.next < 0 {
 		return
 	}
-	window := w.next - wm
-	if window > w.g.n.cfg.MaxWindow {
+	if w.full() {
 		w.pause()
-	} else if window <= w.g.n.cfg.MaxWindow/2 {
+	} else if w.next-wm <= w.g.n.cfg.MaxWindow/2 {
 		w.resumeIfRoom()
 	}
 }

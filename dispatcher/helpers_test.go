@@ -82,6 +82,11 @@ func (h *nodeHandle) stop(t *testing.T) {
 
 func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs []*subscription.Subscription, mod func(*dispatcher.Config)) *nodeHandle {
 	t.Helper()
+	return startNodeWith(t, brokers, rdb, staticSubs(subs), mod)
+}
+
+func startNodeWith(t *testing.T, brokers []string, rdb redis.UniversalClient, subs dispatcher.Subscriptions, mod func(*dispatcher.Config)) *nodeHandle {
+	t.Helper()
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +106,7 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs [
 	if mod != nil {
 		mod(&cfg)
 	}
-	n, err := dispatcher.New(cfg, staticSubs(subs), sender, tracker)
+	n, err := dispatcher.New(cfg, subs, sender, tracker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,4 +202,18 @@ func waitCommitted(t *testing.T, adm *kadm.Client, group string, ends map[int32]
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("commits did not reach the log end in %v: got %v, want %v", timeout, got, ends)
+}
+
+// feed is a subscription source the test changes at will.
+type feed chan []*subscription.Subscription
+
+func (f feed) Watch(ctx context.Context, _ time.Duration, fn func([]*subscription.Subscription)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case s := <-f:
+			fn(s)
+		}
+	}
 }

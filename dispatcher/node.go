@@ -93,6 +93,24 @@ func (n *Node) Stats() []GroupStats {
 	return out
 }
 
+// Ownership names a partition a node owns for a subscription.
+type Ownership struct {
+	Subscription string `json:"subscription"`
+	Topic        string `json:"topic"`
+	Partition    int32  `json:"partition"`
+}
+
+// Owned lists the partitions this node owns right now, sorted.
+func (n *Node) Owned() []Ownership {
+	var out []Ownership
+	for _, g := range n.Stats() {
+		for _, p := range g.Partitions {
+			out = append(out, Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition})
+		}
+	}
+	return out
+}
+
 func (n *Node) reconcile(subs []*subscription.Subscription) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -169,6 +187,20 @@ func (r *runner) run() {
 		r.mu.Lock()
 		s := r.sub
 		r.mu.Unlock()
+		if s.Paused {
+			// A paused subscription has no consumer: its partitions were
+			// drained, committed and released when the group stopped.
+			log.Info("subscription paused", "version", s.Version)
+			select {
+			case <-r.ctx.Done():
+				return
+			case s := <-r.updates:
+				r.mu.Lock()
+				r.sub = s
+				r.mu.Unlock()
+				continue
+			}
+		}
 		gctx, gcancel := context.WithCancel(r.ctx)
 		g, err := newGroup(r.n, s)
 		done := make(chan error, 1)

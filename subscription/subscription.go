@@ -52,6 +52,9 @@ type Subscription struct {
 	DeadLetterTopic string    `json:"dead_letter_topic,omitempty"`
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
+	// Paused stops deliveries on every node (the consumer group is left
+	// after a graceful drain) until the subscription is resumed.
+	Paused bool `json:"paused"`
 	// Version increases with every change; nodes restart the
 	// subscription's consumer when it changes.
 	Version int64 `json:"version"`

@@ -7,6 +7,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -43,6 +48,14 @@ type Config struct {
 	Retry webhooks.RetryPolicy
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives the node's metrics. Default: no-op.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per delivery. Default: no-op, which
+	// costs next to nothing per record.
+	TracerProvider trace.TracerProvider
+	// Propagator reads trace context from record headers and writes it
+	// into requests. Default: W3C trace context and baggage.
+	Propagator propagation.TextMapPropagator
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +79,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c

@@ -11,6 +11,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -75,10 +79,14 @@ func (g *group) deliveryLoop(ctx context.Context) {
 // deliver pushes one record until it is acked (delivered or dead-lettered)
 // or its partition's deliveries are aborted.
 func (g *group) deliver(rec *record) bool {
-	ctx := rec.w.deliverCtx
-	req := g.request(rec)
+	id := DeliveryID(g.sub.ID, rec.r.Topic, rec.r.Partition, rec.r.Offset)
+	ctx, span := g.startDelivery(rec.w.deliverCtx, rec, id)
+	req := g.request(rec, id)
+	// The endpoint continues the delivery's trace.
+	g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	retrying := false
 	onAttempt := func(a webhooks.Attempt) {
+		g.observeAttempt(ctx, span, a)
 		if webhooks.Classify(a) == webhooks.OutcomeRetry && !retrying {
 			retrying = true
 			g.retrying.Add(1)
@@ -94,6 +102,7 @@ func (g *group) deliver(rec *record) bool {
 		switch res.Outcome {
 		case webhooks.OutcomeSuccess:
 			g.delivered.Add(1)
+			g.endDelivery(ctx, span, rec, outcomeDelivered, res)
 			return true
 		case webhooks.OutcomeFinal:
 			dlq := g.sub.DeadLetterTopicFor(rec.r.Topic)
@@ -101,24 +110,35 @@ func (g *group) deliver(rec *record) bool {
 				// Dead-lettering is off: the key blocks and the record is
 				// tried again after the longest backoff.
 				g.log.Warn("delivery failed and dead-lettering is off; key blocked",
-					"topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset, "status", res.Last.Status)
+					"topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset,
+					"status", res.Last.Status, "trace_id", traceID(span))
+				span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
 				if !sleepCtx(ctx, g.n.cfg.Retry.MaxInterval) {
+					g.endDelivery(ctx, span, rec, outcomeAborted, res)
 					return false
 				}
 				continue
 			}
-			if !g.deadLetter(ctx, rec, dlq, res) {
+			span.AddEvent("dead_letter", trace.WithAttributes(
+				attribute.String("keyhook.dead_letter_topic", dlq),
+				attribute.Int("http.response.status_code", res.Last.Status),
+				attribute.Int("keyhook.attempts", res.Attempts)))
+			if !g.deadLetter(ctx, rec, id, dlq, res, traceID(span)) {
+				g.endDelivery(ctx, span, rec, outcomeAborted, res)
 				return false
 			}
 			g.deadLettered.Add(1)
+			g.tel.deadLetters.Add(ctx, 1, metric.WithAttributeSet(g.attrs))
+			g.endDelivery(ctx, span, rec, outcomeDeadLettered, res)
 			return true
 		default:
+			g.endDelivery(ctx, span, rec, outcomeAborted, res)
 			return false // aborted: shutdown or lost partition
 		}
 	}
 }
 
-func (g *group) request(rec *record) *webhooks.Request {
+func (g *group) request(rec *record, deliveryID string) *webhooks.Request {
 	r := rec.r
 	h := make(http.Header, 8+len(r.Headers))
 	h.Set(HeaderSubscription, g.sub.ID)
@@ -149,14 +169,14 @@ func (g *group) request(rec *record) *webhooks.Request {
 		Body:        r.Value,
 		ContentType: contentType,
 		Header:      h,
-		DeliveryID:  DeliveryID(g.sub.ID, r.Topic, r.Partition, r.Offset),
+		DeliveryID:  deliveryID,
 	}
 }
 
 // deadLetter writes the record to the dead-letter topic with why it failed.
 // It retries until the write succeeds or ctx ends (false): a record is
 // acked only once its dead letter is durable.
-func (g *group) deadLetter(ctx context.Context, rec *record, topic string, res webhooks.Result) bool {
+func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic string, res webhooks.Result, traceID string) bool {
 	r := rec.r
 	errText := ""
 	if res.Last.Err != nil {
@@ -168,7 +188,7 @@ func (g *group) deadLetter(ctx context.Context, rec *record, topic string, res w
 		kgo.RecordHeader{Key: DLQHeaderTopic, Value: []byte(r.Topic)},
 		kgo.RecordHeader{Key: DLQHeaderPartition, Value: []byte(strconv.FormatInt(int64(r.Partition), 10))},
 		kgo.RecordHeader{Key: DLQHeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
-		kgo.RecordHeader{Key: DLQHeaderDeliveryID, Value: []byte(DeliveryID(g.sub.ID, r.Topic, r.Partition, r.Offset))},
+		kgo.RecordHeader{Key: DLQHeaderDeliveryID, Value: []byte(deliveryID)},
 		kgo.RecordHeader{Key: DLQHeaderStatus, Value: []byte(strconv.Itoa(res.Last.Status))},
 		kgo.RecordHeader{Key: DLQHeaderError, Value: []byte(errText)},
 		kgo.RecordHeader{Key: DLQHeaderAttempts, Value: []byte(strconv.Itoa(res.Attempts))},
@@ -181,10 +201,12 @@ func (g *group) deadLetter(ctx context.Context, rec *record, topic string, res w
 		err := g.client().ProduceSync(ctx, out).FirstErr()
 		if err == nil {
 			g.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-				"dead_letter_topic", topic, "status", res.Last.Status, "attempts", res.Attempts)
+				"dead_letter_topic", topic, "status", res.Last.Status, "attempts", res.Attempts, "trace_id", traceID)
 			return true
 		}
-		g.log.Error("dead-letter write failed; retrying", "dead_letter_topic", topic, "err", err)
+		g.countError("dead_letter")
+		g.log.Error("dead-letter write failed; retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+			"dead_letter_topic", topic, "err", err, "trace_id", traceID)
 		if !sleepCtx(ctx, wait) {
 			return false
 		}

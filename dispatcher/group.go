@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
@@ -32,6 +34,11 @@ type group struct {
 	// before NewClient has returned.
 	cl  atomic.Pointer[kgo.Client]
 	log *slog.Logger
+	tel *telemetry
+	// Metric attribute sets, built once so the hot path allocates none.
+	attrs        attribute.Set
+	classAttrs   map[string]attribute.Set
+	outcomeAttrs map[string]attribute.Set
 
 	// jobs hands ready records to the delivery pool; its MaxInFlight
 	// goroutines bound the subscription's concurrent deliveries on the node.
@@ -65,6 +72,16 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		log:     n.log.With("subscription", s.ID),
 		jobs:    make(chan *record),
 		workers: make(map[topicPartition]*worker),
+		tel:     n.tel,
+		attrs:   groupAttrs(s.ID),
+	}
+	g.classAttrs = make(map[string]attribute.Set, len(statusClasses))
+	for _, c := range statusClasses {
+		g.classAttrs[c] = attribute.NewSet(attrSubscription.String(s.ID), attrStatusClass.String(c))
+	}
+	g.outcomeAttrs = make(map[string]attribute.Set, 3)
+	for _, o := range []string{outcomeDelivered, outcomeDeadLettered, outcomeAborted} {
+		g.outcomeAttrs[o] = attribute.NewSet(attrSubscription.String(s.ID), attrOutcome.String(o))
 	}
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
@@ -148,6 +165,7 @@ func (g *group) poll(ctx context.Context) error {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
+			g.countError("fetch")
 			g.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -158,6 +176,8 @@ func (g *group) poll(ctx context.Context) error {
 			w := g.workers[topicPartition{p.Topic, p.Partition}]
 			g.mu.Unlock()
 			if w != nil {
+				w.highWatermark.Store(p.HighWatermark)
+				g.tel.fetched.Add(ctx, int64(len(p.Records)), metric.WithAttributeSet(w.attrs))
 				w.push(p.Records)
 			}
 		})
@@ -181,6 +201,7 @@ func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[strin
 			w.start(g.wctx)
 		}
 	}
+	g.countRebalance("assigned", assigned)
 	g.log.Info("partitions assigned", "partitions", assigned, "generation", gen)
 }
 
@@ -201,12 +222,14 @@ func (g *group) onOffsetsFetched(_ context.Context, offs map[string]map[int32]kg
 
 func (g *group) onRevoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	g.cl.CompareAndSwap(nil, cl)
+	g.countRebalance("revoked", revoked)
 	g.log.Info("partitions revoked", "partitions", revoked)
 	g.releaseAll(g.takeWorkers(revoked), true)
 }
 
 func (g *group) onLost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
 	g.cl.CompareAndSwap(nil, cl)
+	g.countRebalance("lost", lost)
 	g.log.Warn("partitions lost", "partitions", lost)
 	g.releaseAll(g.takeWorkers(lost), false)
 }
@@ -281,13 +304,7 @@ func (g *group) commitLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			g.mu.Lock()
-			ws := make([]*worker, 0, len(g.workers))
-			for _, w := range g.workers {
-				ws = append(ws, w)
-			}
-			g.mu.Unlock()
-			g.commit(ws)
+			g.commit(g.snapshotWorkers())
 		}
 	}
 }
@@ -317,6 +334,8 @@ func (g *group) commit(ws []*worker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var commitErr error
+	started := time.Now()
+	defer func() { g.tel.commitTime.Record(ctx, time.Since(started).Seconds(), metric.WithAttributeSet(g.attrs)) }()
 	g.client().CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			commitErr = err
@@ -338,6 +357,7 @@ func (g *group) commit(ws []*worker) {
 	})
 	if commitErr != nil {
 		g.commitErrors.Add(1)
+		g.countError("commit")
 		g.log.Warn("commit failed", "err", commitErr)
 	}
 }
@@ -391,6 +411,17 @@ func sortStats(s []GroupStats) {
 }
 
 func (g *group) client() *kgo.Client { return g.cl.Load() }
+
+// snapshotWorkers returns the workers of the partitions owned now.
+func (g *group) snapshotWorkers() []*worker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*worker, 0, len(g.workers))
+	for _, w := range g.workers {
+		out = append(out, w)
+	}
+	return out
+}
 
 func (g *group) partitionKey(tp topicPartition) tracking.PartitionKey {
 	return tracking.PartitionKey{Subscription: g.sub.ID, Topic: tp.topic, Partition: tp.partition}

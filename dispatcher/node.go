@@ -40,6 +40,7 @@ type Node struct {
 	sender  Sender
 	tracker Tracker
 	log     *slog.Logger
+	tel     *telemetry
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -55,11 +56,30 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	if subs == nil || sender == nil || tracker == nil {
 		return nil, errors.New("dispatcher: subscriptions, sender and tracker are required")
 	}
-	return &Node{
+	n := &Node{
 		cfg: cfg, subs: subs, sender: sender, tracker: tracker,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
-	}, nil
+	}
+	tel, err := newTelemetry(n)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: telemetry: %w", err)
+	}
+	n.tel = tel
+	return n, nil
+}
+
+// groups returns the running groups.
+func (n *Node) groups() []*group {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*group, 0, len(n.runners))
+	for _, r := range n.runners {
+		if g := r.current(); g != nil {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // Run follows the subscription set until ctx ends, then stops every group
@@ -81,13 +101,10 @@ func (n *Node) Run(ctx context.Context) error {
 
 // Stats returns a snapshot of every running group, sorted by subscription.
 func (n *Node) Stats() []GroupStats {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]GroupStats, 0, len(n.runners))
-	for _, r := range n.runners {
-		if g := r.current(); g != nil {
-			out = append(out, g.stats())
-		}
+	gs := n.groups()
+	out := make([]GroupStats, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, g.stats())
 	}
 	sortStats(out)
 	return out

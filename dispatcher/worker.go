@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
@@ -46,6 +48,8 @@ type worker struct {
 	pk  tracking.PartitionKey
 	gen int32
 	log *slog.Logger
+	// attrs are the partition's metric attributes.
+	attrs attribute.Set
 
 	mu      sync.Mutex
 	inbox   [][]*kgo.Record
@@ -57,6 +61,10 @@ type worker struct {
 	watermark     atomic.Int64 // lowest offset not acked, -1 unknown
 	flushedWM     atomic.Int64 // watermark of the last successful flush, -1 none
 	committedAt   atomic.Int64 // last offset this node committed to Kafka, -1 none
+	// For gauges, published by the loop.
+	highWatermark atomic.Int64 // the partition's log end as of the last fetch, -1 unknown
+	nextOffset    atomic.Int64 // fetch position, -1 before the first record
+	pendingCount  atomic.Int64
 	fenced        atomic.Bool
 	pausedFlag    atomic.Bool
 	ctx           context.Context
@@ -84,6 +92,7 @@ func newWorker(g *group, tp topicPartition, gen int32) *worker {
 	w := &worker{
 		g: g, tp: tp, pk: g.partitionKey(tp), gen: gen,
 		log:     g.log.With("topic", tp.topic, "partition", tp.partition),
+		attrs:   partitionAttrs(g.sub.ID, tp),
 		wake:    make(chan struct{}, 1),
 		ctrl:    make(chan func()),
 		done:    make(chan struct{}),
@@ -96,6 +105,8 @@ func newWorker(g *group, tp topicPartition, gen int32) *worker {
 	w.watermark.Store(-1)
 	w.flushedWM.Store(-1)
 	w.committedAt.Store(-1)
+	w.highWatermark.Store(-1)
+	w.nextOffset.Store(-1)
 	return w
 }
 
@@ -214,6 +225,7 @@ func (w *worker) claim() error {
 	}
 	c, err := w.g.n.tracker.Claim(ctx, w.pk, w.g.n.cfg.NodeID, w.gen)
 	if err != nil {
+		w.g.countError("claim")
 		return err
 	}
 	w.epoch = c.Epoch
@@ -373,6 +385,8 @@ func (w *worker) updateWatermark() {
 	w.acked.TrimBelow(w.low)
 	wm := w.acked.Watermark(w.low)
 	w.watermark.Store(wm)
+	w.nextOffset.Store(w.next)
+	w.pendingCount.Store(int64(len(w.pending)))
 	if w.next < 0 {
 		return
 	}
@@ -456,7 +470,13 @@ func (w *worker) flush() {
 func (w *worker) writeState(f tracking.Flush) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return w.g.n.tracker.Flush(ctx, w.pk, f)
+	started := time.Now()
+	err := w.g.n.tracker.Flush(ctx, w.pk, f)
+	w.g.tel.flushTime.Record(ctx, time.Since(started).Seconds(), metric.WithAttributeSet(w.g.attrs))
+	if err != nil {
+		w.g.countError("flush")
+	}
+	return err
 }
 
 // becomeFenced stops all work on a partition another owner has claimed:

@@ -1,0 +1,276 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+const instrumentation = "github.com/keyhook/keyhook/dispatcher"
+
+// Attribute keys of keyhook's own metrics. Label cardinality stays bounded:
+// subscription, topic, partition, outcome and status class only — never a
+// key or an offset.
+var (
+	attrSubscription = attribute.Key("keyhook.subscription")
+	attrOutcome      = attribute.Key("keyhook.outcome")
+	attrStatusClass  = attribute.Key("http.response.status_class")
+	attrOp           = attribute.Key("keyhook.operation")
+	attrKind         = attribute.Key("keyhook.rebalance")
+	attrTopic        = semconv.MessagingDestinationNameKey
+	attrPartition    = semconv.MessagingDestinationPartitionIDKey
+)
+
+// telemetry holds a node's instruments. Built from the injected providers;
+// with the default no-op providers every call costs next to nothing.
+type telemetry struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+
+	fetched      metric.Int64Counter
+	deliveries   metric.Int64Counter
+	attempts     metric.Int64Counter
+	deadLetters  metric.Int64Counter
+	deliveryTime metric.Float64Histogram
+	attemptTime  metric.Float64Histogram
+	endToEnd     metric.Float64Histogram
+	flushTime    metric.Float64Histogram
+	commitTime   metric.Float64Histogram
+	errors       metric.Int64Counter
+	rebalances   metric.Int64Counter
+}
+
+func newTelemetry(n *Node) (*telemetry, error) {
+	m := n.cfg.MeterProvider.Meter(instrumentation)
+	t := &telemetry{
+		tracer: n.cfg.TracerProvider.Tracer(instrumentation),
+		prop:   n.cfg.Propagator,
+	}
+	var err error
+	seconds := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+	must := func(e error) {
+		if err == nil && e != nil {
+			err = e
+		}
+	}
+	var e error
+	t.fetched, e = m.Int64Counter("keyhook.records.fetched", metric.WithDescription("Records read from Kafka."), metric.WithUnit("{record}"))
+	must(e)
+	t.deliveries, e = m.Int64Counter("keyhook.deliveries", metric.WithDescription("Deliveries that ended, by outcome: delivered, dead_lettered, aborted."), metric.WithUnit("{delivery}"))
+	must(e)
+	t.attempts, e = m.Int64Counter("keyhook.delivery.attempts", metric.WithDescription("HTTP attempts, by status class (2xx…5xx, error)."), metric.WithUnit("{attempt}"))
+	must(e)
+	t.deadLetters, e = m.Int64Counter("keyhook.dead_letters", metric.WithDescription("Records written to a dead-letter topic."), metric.WithUnit("{record}"))
+	must(e)
+	t.deliveryTime, e = m.Float64Histogram("keyhook.delivery.duration", metric.WithDescription("From the first attempt to the final outcome."), metric.WithUnit("s"), seconds)
+	must(e)
+	t.attemptTime, e = m.Float64Histogram("keyhook.attempt.duration", metric.WithDescription("One HTTP attempt."), metric.WithUnit("s"), seconds)
+	must(e)
+	t.endToEnd, e = m.Float64Histogram("keyhook.end_to_end.latency", metric.WithDescription("From the record's timestamp to its ack."), metric.WithUnit("s"), seconds)
+	must(e)
+	t.flushTime, e = m.Float64Histogram("keyhook.tracking.flush.duration", metric.WithDescription("One write of a partition's tracking state to Redis."), metric.WithUnit("s"), seconds)
+	must(e)
+	t.commitTime, e = m.Float64Histogram("keyhook.kafka.commit.duration", metric.WithDescription("One offset commit to Kafka."), metric.WithUnit("s"), seconds)
+	must(e)
+	t.errors, e = m.Int64Counter("keyhook.errors", metric.WithDescription("Failed Redis and Kafka operations, by operation: flush, claim, commit, fetch, dead_letter."), metric.WithUnit("{error}"))
+	must(e)
+	t.rebalances, e = m.Int64Counter("keyhook.rebalances", metric.WithDescription("Partitions assigned, revoked or lost."), metric.WithUnit("{partition}"))
+	must(e)
+
+	_, e = m.Int64ObservableGauge("keyhook.in_flight", metric.WithDescription("Deliveries in flight on this node."), metric.WithUnit("{delivery}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, g := range n.groups() {
+				o.Observe(g.inFlight.Load(), metric.WithAttributeSet(g.attrs))
+			}
+			return nil
+		}))
+	must(e)
+	_, e = m.Int64ObservableGauge("keyhook.retrying", metric.WithDescription("Deliveries waiting to retry on this node."), metric.WithUnit("{delivery}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, g := range n.groups() {
+				o.Observe(g.retrying.Load(), metric.WithAttributeSet(g.attrs))
+			}
+			return nil
+		}))
+	must(e)
+	partitionGauge := func(name, desc, unit string, value func(*worker) (int64, bool)) {
+		_, e := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit),
+			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+				for _, g := range n.groups() {
+					for _, w := range g.snapshotWorkers() {
+						if v, ok := value(w); ok {
+							o.Observe(v, metric.WithAttributeSet(w.attrs))
+						}
+					}
+				}
+				return nil
+			}))
+		must(e)
+	}
+	partitionGauge("keyhook.partition.paused", "1 while fetching the partition is paused (window full or not yet claimed).", "1",
+		func(w *worker) (int64, bool) {
+			if w.pausedFlag.Load() {
+				return 1, true
+			}
+			return 0, true
+		})
+	partitionGauge("keyhook.consumer.lag", "High watermark minus the committed offset.", "{record}",
+		func(w *worker) (int64, bool) {
+			hw, c := w.highWatermark.Load(), w.committedAt.Load()
+			if hw < 0 || c < 0 {
+				return 0, false
+			}
+			return max(0, hw-c), true
+		})
+	partitionGauge("keyhook.watermark.distance", "Fetch position minus watermark: the partition's window in use.", "{record}",
+		func(w *worker) (int64, bool) {
+			next, wm := w.nextOffset.Load(), w.watermark.Load()
+			if next < 0 || wm < 0 {
+				return 0, false
+			}
+			return max(0, next-wm), true
+		})
+	partitionGauge("keyhook.pending", "Fetched records not yet acked.", "{record}",
+		func(w *worker) (int64, bool) { return w.pendingCount.Load(), true })
+	return t, err
+}
+
+// groupAttrs are the metric attributes of one subscription.
+func groupAttrs(subID string) attribute.Set {
+	return attribute.NewSet(attrSubscription.String(subID))
+}
+
+func partitionAttrs(subID string, tp topicPartition) attribute.Set {
+	return attribute.NewSet(attrSubscription.String(subID), attrTopic.String(tp.topic),
+		attrPartition.String(strconv.FormatInt(int64(tp.partition), 10)))
+}
+
+func (g *group) countError(op string) {
+	g.tel.errors.Add(context.Background(), 1, metric.WithAttributes(attrSubscription.String(g.sub.ID), attrOp.String(op)))
+}
+
+func (g *group) countRebalance(kind string, ps map[string][]int32) {
+	n := 0
+	for _, p := range ps {
+		n += len(p)
+	}
+	if n > 0 {
+		g.tel.rebalances.Add(context.Background(), int64(n), metric.WithAttributes(attrSubscription.String(g.sub.ID), attrKind.String(kind)))
+	}
+}
+
+// recordCarrier reads W3C trace context from a record's headers.
+type recordCarrier struct{ r *kgo.Record }
+
+func (c recordCarrier) Get(key string) string {
+	for _, h := range c.r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func (c recordCarrier) Set(string, string) {} // records are never written back
+
+func (c recordCarrier) Keys() []string {
+	out := make([]string, len(c.r.Headers))
+	for i, h := range c.r.Headers {
+		out[i] = h.Key
+	}
+	return out
+}
+
+// startDelivery opens the span of one delivery: a child of the producer's
+// span when the record carries trace context, a root otherwise.
+func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID string) (context.Context, trace.Span) {
+	r := rec.r
+	ctx = g.tel.prop.Extract(ctx, recordCarrier{r})
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKafka,
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingDestinationName(r.Topic),
+		semconv.MessagingDestinationPartitionID(strconv.FormatInt(int64(r.Partition), 10)),
+		semconv.MessagingKafkaOffset(int(r.Offset)),
+		semconv.MessagingConsumerGroupName(g.sub.GroupID()),
+		semconv.MessagingMessageID(deliveryID),
+		attrSubscription.String(g.sub.ID),
+	}
+	if r.Key != nil && headerSafe(r.Key) {
+		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(r.Key)))
+	}
+	return g.tel.tracer.Start(ctx, "process "+r.Topic,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// observeAttempt records one attempt in metrics and, when it will be
+// retried, as an event on the delivery span.
+func (g *group) observeAttempt(ctx context.Context, span trace.Span, a webhooks.Attempt) {
+	class := statusClass(a)
+	g.tel.attempts.Add(ctx, 1, metric.WithAttributeSet(g.classAttrs[class]))
+	g.tel.attemptTime.Record(ctx, a.Duration.Seconds(), metric.WithAttributeSet(g.classAttrs[class]))
+	if webhooks.Classify(a) == webhooks.OutcomeRetry && span.IsRecording() {
+		ev := []attribute.KeyValue{attribute.Int("keyhook.attempt", a.Number), attribute.Int("http.response.status_code", a.Status)}
+		if a.RetryAfter > 0 {
+			ev = append(ev, attribute.Float64("keyhook.retry_after_s", a.RetryAfter.Seconds()))
+		}
+		if a.Err != nil {
+			ev = append(ev, attribute.String("error.message", a.Err.Error()))
+		}
+		span.AddEvent("retry", trace.WithAttributes(ev...))
+	}
+}
+
+// endDelivery records the outcome of a delivery and ends its span.
+func (g *group) endDelivery(ctx context.Context, span trace.Span, rec *record, outcome string, res webhooks.Result) {
+	attrs := metric.WithAttributeSet(g.outcomeAttrs[outcome])
+	g.tel.deliveries.Add(ctx, 1, attrs)
+	if !res.First.IsZero() {
+		g.tel.deliveryTime.Record(ctx, res.LastAt.Sub(res.First).Seconds(), attrs)
+	}
+	if outcome != outcomeAborted && !rec.r.Timestamp.IsZero() {
+		g.tel.endToEnd.Record(ctx, time.Since(rec.r.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
+	}
+	span.SetAttributes(attrOutcome.String(outcome), attribute.Int("keyhook.attempts", res.Attempts))
+	switch outcome {
+	case outcomeDeadLettered:
+		span.SetStatus(codes.Error, fmt.Sprintf("dead-lettered after %d attempts, last status %d", res.Attempts, res.Last.Status))
+	case outcomeAborted:
+		span.SetStatus(codes.Error, "aborted: partition released before the delivery finished")
+	}
+	span.End()
+}
+
+const (
+	outcomeDelivered    = "delivered"
+	outcomeDeadLettered = "dead_lettered"
+	outcomeAborted      = "aborted"
+)
+
+var statusClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx", "error"}
+
+func statusClass(a webhooks.Attempt) string {
+	if a.Status < 100 || a.Status > 599 {
+		return "error"
+	}
+	return statusClasses[a.Status/100-1]
+}
+
+// traceID returns the span's trace id for logs, or "".
+func traceID(span trace.Span) string {
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -141,6 +142,7 @@ func (g *group) run(ctx context.Context) error {
 		g.commitLoop(ctx)
 	}()
 
+	g.ensureDeadLetterTopics(ctx)
 	g.log.Info("consumer started", "group", g.sub.GroupID(), "topics", g.sub.Topics, "ordering", g.sub.Ordering)
 	err := g.poll(ctx)
 
@@ -152,6 +154,41 @@ func (g *group) run(ctx context.Context) error {
 	bg.Wait()
 	g.log.Info("consumer stopped")
 	return err
+}
+
+// ensureDeadLetterTopics creates the subscription's dead-letter topics
+// when they are missing (broker defaults for partitions and replication),
+// so the first dead letter does not wait on a topic nobody created. A
+// refusal (ACLs) is logged; dead-lettering then retries and logs until an
+// operator creates the topic.
+func (g *group) ensureDeadLetterTopics(ctx context.Context) {
+	var topics []string
+	seen := map[string]bool{}
+	for _, t := range g.sub.Topics {
+		if d := g.sub.DeadLetterTopicFor(t); d != "" && !seen[d] {
+			seen[d] = true
+			topics = append(topics, d)
+		}
+	}
+	if len(topics) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(g.client()).CreateTopics(ctx, -1, -1, nil, topics...)
+	if err != nil {
+		g.log.Warn("cannot create dead-letter topics", "topics", topics, "err", err)
+		return
+	}
+	for _, r := range resp {
+		switch {
+		case r.Err == nil:
+			g.log.Info("dead-letter topic created", "topic", r.Topic)
+		case errors.Is(r.Err, kerr.TopicAlreadyExists):
+		default:
+			g.log.Warn("cannot create dead-letter topic", "topic", r.Topic, "err", r.Err)
+		}
+	}
 }
 
 func (g *group) poll(ctx context.Context) error {

@@ -1,0 +1,135 @@
+// Package telemetry sets up a keyhook process's OpenTelemetry providers:
+// traces exported over OTLP (HTTP or gRPC) or to stdout, configured by the
+// standard OTEL_* environment variables, and metrics served in Prometheus
+// format. It owns process-wide setup only; the components that measure
+// take the providers as dependencies.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+)
+
+// Config chooses the exporters. The zero value exports no traces and
+// serves metrics.
+type Config struct {
+	// ServiceName and ServiceVersion describe the process in every span and
+	// metric (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES still apply).
+	ServiceName, ServiceVersion, NodeID string
+	// TracesExporter is "none" (default), "otlp" or "console"; empty means
+	// the standard OTEL_TRACES_EXPORTER variable, then "none". OTLP's
+	// protocol comes from OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
+	// OTEL_EXPORTER_OTLP_PROTOCOL ("http/protobuf", default, or "grpc"),
+	// its endpoint and headers from the other OTEL_EXPORTER_OTLP_*
+	// variables, and sampling from OTEL_TRACES_SAMPLER(_ARG).
+	TracesExporter string
+	// Console receives spans when TracesExporter is "console".
+	Console io.Writer
+	// Getenv reads the environment; os.Getenv in production.
+	Getenv func(string) string
+}
+
+// Providers are what a process hands to its components.
+type Providers struct {
+	Tracer     trace.TracerProvider
+	Meter      metric.MeterProvider
+	Propagator propagation.TextMapPropagator
+	// Metrics serves the Prometheus exposition of every metric.
+	Metrics http.Handler
+	// Shutdown flushes pending spans and stops the exporters.
+	Shutdown func(context.Context) error
+}
+
+// Setup builds the providers.
+func Setup(ctx context.Context, cfg Config) (*Providers, error) {
+	if cfg.Getenv == nil {
+		return nil, errors.New("telemetry: Getenv is required")
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		semconv.ServiceName(cfg.ServiceName),
+		semconv.ServiceVersion(cfg.ServiceVersion),
+		semconv.ServiceInstanceID(cfg.NodeID),
+	))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: resource: %w", err)
+	}
+	p := &Providers{
+		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promExp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(promExp), sdkmetric.WithResource(res))
+	p.Meter = mp
+	p.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+
+	exporter := cfg.TracesExporter
+	if exporter == "" {
+		exporter = cfg.Getenv("OTEL_TRACES_EXPORTER")
+	}
+	var spanExp sdktrace.SpanExporter
+	switch strings.ToLower(strings.TrimSpace(exporter)) {
+	case "", "none":
+	case "otlp":
+		proto := cfg.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+		if proto == "" {
+			proto = cfg.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		switch proto {
+		case "", "http/protobuf":
+			spanExp, err = otlptracehttp.New(ctx)
+		case "grpc":
+			spanExp, err = otlptracegrpc.New(ctx)
+		default:
+			err = fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want http/protobuf or grpc", proto)
+		}
+	case "console", "stdout":
+		w := cfg.Console
+		if w == nil {
+			w = io.Discard
+		}
+		spanExp, err = stdouttrace.New(stdouttrace.WithWriter(w))
+	default:
+		err = fmt.Errorf("traces exporter %q: want none, otlp or console", exporter)
+	}
+	if err != nil {
+		_ = mp.Shutdown(ctx)
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	if spanExp == nil {
+		p.Tracer = tracenoop.NewTracerProvider()
+		p.Shutdown = mp.Shutdown
+		return p, nil
+	}
+	// The SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG itself.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spanExp), sdktrace.WithResource(res))
+	p.Tracer = tp
+	p.Shutdown = func(ctx context.Context) error {
+		return errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx))
+	}
+	return p, nil
+}

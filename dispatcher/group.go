@@ -73,17 +73,8 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		log:     n.log.With("subscription", s.ID),
 		jobs:    make(chan *record),
 		workers: make(map[topicPartition]*worker),
-		tel:     n.tel,
-		attrs:   groupAttrs(s.ID),
 	}
-	g.classAttrs = make(map[string]attribute.Set, len(statusClasses))
-	for _, c := range statusClasses {
-		g.classAttrs[c] = attribute.NewSet(attrSubscription.String(s.ID), attrStatusClass.String(c))
-	}
-	g.outcomeAttrs = make(map[string]attribute.Set, 3)
-	for _, o := range []string{outcomeDelivered, outcomeDeadLettered, outcomeAborted} {
-		g.outcomeAttrs[o] = attribute.NewSet(attrSubscription.String(s.ID), attrOutcome.String(o))
-	}
+	g.initTelemetry()
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {

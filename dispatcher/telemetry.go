@@ -146,9 +146,20 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	return t, err
 }
 
-// groupAttrs are the metric attributes of one subscription.
-func groupAttrs(subID string) attribute.Set {
-	return attribute.NewSet(attrSubscription.String(subID))
+// initTelemetry builds the group's attribute sets once, so recording on
+// the hot path allocates none.
+func (g *group) initTelemetry() {
+	id := g.sub.ID
+	g.tel = g.n.tel
+	g.attrs = attribute.NewSet(attrSubscription.String(id))
+	g.classAttrs = make(map[string]attribute.Set, len(statusClasses))
+	for _, c := range statusClasses {
+		g.classAttrs[c] = attribute.NewSet(attrSubscription.String(id), attrStatusClass.String(c))
+	}
+	g.outcomeAttrs = make(map[string]attribute.Set, 3)
+	for _, o := range []string{outcomeDelivered, outcomeDeadLettered, outcomeAborted} {
+		g.outcomeAttrs[o] = attribute.NewSet(attrSubscription.String(id), attrOutcome.String(o))
+	}
 }
 
 func partitionAttrs(subID string, tp topicPartition) attribute.Set {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -68,6 +69,7 @@ func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription)
 			ps.Watermark = st.Watermark
 			ps.Pending = st.Pending
 			ps.InFlight = st.InFlight
+			ps.InFlightKeys = st.Keys
 			for _, rg := range st.AckedRanges {
 				if rg.End > st.Watermark {
 					ps.AckedRanges = append(ps.AckedRanges, [2]int64{max(rg.Start, st.Watermark), rg.End - 1})
@@ -75,7 +77,8 @@ func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription)
 			}
 			if !st.Oldest.IsZero() {
 				t := st.Oldest
-				ps.OldestPending = &t
+				age := max(0, time.Since(t).Milliseconds())
+				ps.OldestPending, ps.OldestPendingAgeMS = &t, &age
 			}
 			if !st.Updated.IsZero() {
 				t := st.Updated

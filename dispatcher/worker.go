@@ -57,10 +57,10 @@ type worker struct {
 	wake    chan struct{}
 	ctrl    chan func()
 
-	base          atomic.Int64 // committed offset at assignment, -1 unknown
-	watermark     atomic.Int64 // lowest offset not acked, -1 unknown
-	flushedWM     atomic.Int64 // watermark of the last successful flush, -1 none
-	committedAt   atomic.Int64 // last offset this node committed to Kafka, -1 none
+	base        atomic.Int64 // committed offset at assignment, -1 unknown
+	watermark   atomic.Int64 // lowest offset not acked, -1 unknown
+	flushedWM   atomic.Int64 // watermark of the last successful flush, -1 none
+	committedAt atomic.Int64 // last offset this node committed to Kafka, -1 none
 	// For gauges, published by the loop.
 	highWatermark atomic.Int64 // the partition's log end as of the last fetch, -1 unknown
 	nextOffset    atomic.Int64 // fetch position, -1 before the first record
@@ -431,6 +431,7 @@ func (w *worker) flush() {
 		Committed: w.committedAt.Load(),
 		Pending:   int64(len(w.pending)),
 		InFlight:  int64(w.inflight),
+		Keys:      int64(len(w.lanes)),
 	}
 	if rec := w.pending[f.Watermark]; rec != nil && !rec.dispatched.IsZero() {
 		f.Oldest = rec.dispatched

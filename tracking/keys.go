@@ -20,6 +20,7 @@ const (
 	fieldCommitted = "committed" // mirror of the last Kafka commit, -1 none
 	fieldPending   = "pending"   // fetched at/above the watermark, not acked
 	fieldInFlight  = "inflight"  // dispatched to the endpoint right now
+	fieldKeys      = "keys"      // keys with a record in flight or queued
 	fieldOldest    = "oldest"    // dispatch time of the oldest pending record, 0 none
 	fieldClaimed   = "claimed"   // when the current owner claimed
 	fieldUpdated   = "updated"   // last claim, flush or release

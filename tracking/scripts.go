@@ -16,7 +16,7 @@ import "github.com/redis/go-redis/v9"
 // generation that restarts low (the consumer group expired and was
 // recreated) cannot stall the partition for longer than the limit.
 //
-// The new epoch is max(stored epoch + 1, now in ms). Taking the clock
+// The new epoch is max(stored epoch + 1, now in µs). Taking the clock
 // into account keeps epochs increasing even after Redis lost the key: a
 // plain counter would restart at 1 and could hand a new owner the very
 // epoch a zombie still holds.
@@ -42,7 +42,8 @@ if gen and tonumber(gen) > tonumber(ARGV[2]) then
 		return {"fenced", gen, owner or "", age}
 	end
 end
-local e = math.max((tonumber(epoch) or 0) + 1, now)
+local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local e = math.max((tonumber(epoch) or 0) + 1, nowus)
 local committedOut = committed or "-1"
 redis.call("HSET", KEYS[1],
 	"epoch", string.format("%d", e),
@@ -68,6 +69,7 @@ return {"ok", e, acked or "", committedOut, owner or ""}
 // ARGV[6] -> pending count
 // ARGV[7] -> in-flight count
 // ARGV[8] -> dispatch time of the oldest pending record, unix ms (0 none)
+// ARGV[9] -> keys with a record in flight or queued
 //
 // Output:
 // {"ok"}
@@ -91,6 +93,7 @@ redis.call("HSET", KEYS[1],
 	"pending", ARGV[6],
 	"inflight", ARGV[7],
 	"oldest", ARGV[8],
+	"keys", ARGV[9],
 	"updated", string.format("%d", now))
 return {"ok"}
 `)

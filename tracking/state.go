@@ -33,6 +33,8 @@ type PartitionState struct {
 	Pending int64 `json:"pending"`
 	// InFlight counts records being delivered to the endpoint.
 	InFlight int64 `json:"in_flight"`
+	// Keys counts the keys with a record in flight or queued.
+	Keys int64 `json:"keys"`
 	// AckedRanges are the acked offsets at or above the watermark, as
 	// half-open ranges; empty, not null, when there are none.
 	AckedRanges []offsets.Range `json:"acked_ranges"`
@@ -100,6 +102,7 @@ func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
 		Committed:  d.int(fieldCommitted, -1),
 		Pending:    d.int(fieldPending, 0),
 		InFlight:   d.int(fieldInFlight, 0),
+		Keys:       d.int(fieldKeys, 0),
 		Oldest:     d.time(fieldOldest),
 		Claimed:    d.time(fieldClaimed),
 		Updated:    d.time(fieldUpdated),

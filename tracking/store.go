@@ -188,6 +188,8 @@ type Flush struct {
 	Pending int64
 	// InFlight counts records dispatched to the endpoint right now.
 	InFlight int64
+	// Keys counts the keys with a record in flight or queued (busy lanes).
+	Keys int64
 	// Oldest is when the oldest pending record was dispatched; zero if
 	// none is pending.
 	Oldest time.Time
@@ -211,7 +213,7 @@ func (s *Store) Flush(ctx context.Context, pk PartitionKey, f Flush) error {
 		oldest = f.Oldest.UnixMilli()
 	}
 	res, err := flushCmd.Run(ctx, s.rdb, []string{partitionKey(s.prefix, pk)},
-		f.Epoch, acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest).Slice()
+		f.Epoch, acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys).Slice()
 	if err != nil {
 		return fmt.Errorf("tracking: flush %s: %w", pk, err)
 	}

@@ -138,7 +138,7 @@ func TestPartitionStateJSONShape(t *testing.T) {
 	}
 	want := map[string]any{
 		"topic": "orders", "partition": 1.0, "owner": "", "epoch": 0.0, "generation": 0.0,
-		"watermark": 0.0, "fetched": 0.0, "committed": -1.0, "pending": 0.0, "in_flight": 0.0,
+		"watermark": 0.0, "fetched": 0.0, "committed": -1.0, "pending": 0.0, "in_flight": 0.0, "keys": 0.0,
 		"acked_ranges": []any{map[string]any{"start": 5.0, "end": 10.0}},
 		"updated":      "2023-11-14T22:13:20Z",
 	}

@@ -3,12 +3,9 @@ package dispatcher
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -17,19 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keyhook/keyhook/webhooks"
-)
-
-// Header names of the delivery contract toward endpoints.
-const (
-	HeaderSubscription = "Keyhook-Subscription"
-	HeaderTopic        = "Keyhook-Topic"
-	HeaderPartition    = "Keyhook-Partition"
-	HeaderOffset       = "Keyhook-Offset"
-	HeaderKey          = "Keyhook-Key"
-	HeaderKeyBase64    = "Keyhook-Key-Base64"
-	HeaderTimestamp    = "Keyhook-Timestamp"
-	// HeaderRecordPrefix carries the record's own headers.
-	HeaderRecordPrefix = "Keyhook-Header-"
 )
 
 // Headers of a dead-lettered record, next to its own.
@@ -81,9 +65,11 @@ func (g *group) deliveryLoop(ctx context.Context) {
 func (g *group) deliver(rec *record) bool {
 	id := DeliveryID(g.sub.ID, rec.r.Topic, rec.r.Partition, rec.r.Offset)
 	ctx, span := g.startDelivery(rec.w.deliverCtx, rec, id)
-	req := g.request(rec, id)
-	// The endpoint continues the delivery's trace.
-	g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	req, reqErr := g.request(rec, id)
+	if req != nil {
+		// The endpoint continues the delivery's trace.
+		g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 	retrying := false
 	onAttempt := func(a webhooks.Attempt) {
 		g.observeAttempt(ctx, span, a)
@@ -98,7 +84,14 @@ func (g *group) deliver(rec *record) bool {
 		}
 	}()
 	for {
-		res := g.n.sender.Deliver(ctx, req, g.n.cfg.Retry, onAttempt)
+		var res webhooks.Result
+		if reqErr != nil {
+			now := time.Now()
+			res = webhooks.Result{Outcome: webhooks.OutcomeFinal, Err: reqErr, First: now, LastAt: now,
+				Last: webhooks.Attempt{Err: reqErr, Started: now}}
+		} else {
+			res = g.n.sender.Deliver(ctx, req, g.policy, onAttempt)
+		}
 		switch res.Outcome {
 		case webhooks.OutcomeSuccess:
 			g.delivered.Add(1)
@@ -113,7 +106,7 @@ func (g *group) deliver(rec *record) bool {
 					"topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset,
 					"status", res.Last.Status, "trace_id", traceID(span))
 				span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-				if !sleepCtx(ctx, g.n.cfg.Retry.MaxInterval) {
+				if !sleepCtx(ctx, g.policy.MaxInterval) {
 					g.endDelivery(ctx, span, rec, outcomeAborted, res)
 					return false
 				}
@@ -138,39 +131,56 @@ func (g *group) deliver(rec *record) bool {
 	}
 }
 
-func (g *group) request(rec *record, deliveryID string) *webhooks.Request {
+// request builds the delivery of one record in the subscription's format.
+// A record that cannot be put in that format (say, a header that no HTTP
+// request can carry in CloudEvents binary mode) is an error: final, the
+// record is dead-lettered.
+func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, error) {
 	r := rec.r
-	h := make(http.Header, 8+len(r.Headers))
-	h.Set(HeaderSubscription, g.sub.ID)
-	h.Set(HeaderTopic, r.Topic)
-	h.Set(HeaderPartition, strconv.FormatInt(int64(r.Partition), 10))
-	h.Set(HeaderOffset, strconv.FormatInt(r.Offset, 10))
-	if r.Key != nil {
-		if headerSafe(r.Key) {
-			h.Set(HeaderKey, string(r.Key))
-		} else {
-			h.Set(HeaderKeyBase64, base64.StdEncoding.EncodeToString(r.Key))
+	hs := make([]webhooks.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = webhooks.Header{Name: h.Key, Value: h.Value}
+	}
+	partition := strconv.FormatInt(int64(r.Partition), 10)
+	offset := strconv.FormatInt(r.Offset, 10)
+	m := &webhooks.Message{
+		ID: deliveryID, Key: r.Key, Value: r.Value, Headers: hs, Time: r.Timestamp,
+		Source:  "kafka://" + r.Topic,
+		Subject: partition + "/" + offset,
+		Attributes: []webhooks.Attr{
+			{Name: "subscription", Value: g.sub.ID}, {Name: "topic", Value: r.Topic},
+			{Name: "partition", Value: partition}, {Name: "offset", Value: offset},
+		},
+		ContentType: g.sub.ContentType,
+	}
+	req, err := webhooks.NewRequest(g.sub.Endpoint.URL, webhooks.Format(g.sub.Format), m, g.sub.CloudEventsType)
+	if err != nil {
+		return nil, err
+	}
+	req.Signer = g.signer()
+	req.Auth = g.auth
+	req.Timeout = g.timeout
+	return req, nil
+}
+
+// signer returns the subscription's signer, rebuilt when a rotated-out
+// secret expires.
+func (g *group) signer() *webhooks.Signer {
+	g.signMu.Lock()
+	defer g.signMu.Unlock()
+	now := time.Now()
+	if g.signerBuilt && (g.signerUntil.IsZero() || now.Before(g.signerUntil)) {
+		return g.signerCache
+	}
+	g.signerCache = g.sub.Signer(now)
+	g.signerUntil = time.Time{}
+	for _, sec := range g.sub.Signing.Secrets {
+		if sec.ExpiresAt != nil && sec.ExpiresAt.After(now) && (g.signerUntil.IsZero() || sec.ExpiresAt.Before(g.signerUntil)) {
+			g.signerUntil = *sec.ExpiresAt
 		}
 	}
-	h.Set(HeaderTimestamp, r.Timestamp.UTC().Format(time.RFC3339Nano))
-	contentType := ""
-	for _, rh := range r.Headers {
-		if !validHeaderName(rh.Key) || !headerSafe(rh.Value) {
-			continue
-		}
-		if http.CanonicalHeaderKey(rh.Key) == "Content-Type" {
-			contentType = string(rh.Value)
-			continue
-		}
-		h.Add(HeaderRecordPrefix+rh.Key, string(rh.Value))
-	}
-	return &webhooks.Request{
-		URL:         g.sub.Endpoint.URL,
-		Body:        r.Value,
-		ContentType: contentType,
-		Header:      h,
-		DeliveryID:  deliveryID,
-	}
+	g.signerBuilt = true
+	return g.signerCache
 }
 
 // deadLetter writes the record to the dead-letter topic with why it failed.
@@ -179,7 +189,10 @@ func (g *group) request(rec *record, deliveryID string) *webhooks.Request {
 func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic string, res webhooks.Result, traceID string) bool {
 	r := rec.r
 	errText := ""
-	if res.Last.Err != nil {
+	switch {
+	case res.Err != nil:
+		errText = res.Err.Error()
+	case res.Last.Err != nil:
 		errText = res.Last.Err.Error()
 	}
 	headers := append([]kgo.RecordHeader(nil), r.Headers...)
@@ -223,30 +236,4 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// headerSafe reports whether b can travel as an HTTP header value as is.
-func headerSafe(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, c := range b {
-		if c < 0x20 && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
+	"github.com/keyhook/keyhook/webhooks"
 )
 
 type topicPartition struct {
@@ -36,6 +37,15 @@ type group struct {
 	cl  atomic.Pointer[kgo.Client]
 	log *slog.Logger
 	tel *telemetry
+	// The subscription's delivery policy, resolved once.
+	policy  webhooks.RetryPolicy
+	auth    *webhooks.Auth
+	timeout time.Duration
+	// signerCache is rebuilt when a rotated-out secret expires.
+	signMu      sync.Mutex
+	signerCache *webhooks.Signer
+	signerBuilt bool
+	signerUntil time.Time
 	// Metric attribute sets, built once so the hot path allocates none.
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set
@@ -75,6 +85,9 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		workers: make(map[topicPartition]*worker),
 	}
 	g.initTelemetry()
+	g.policy = s.Retry.Policy(n.cfg.Retry)
+	g.auth = s.Endpoint.Auth.Auth()
+	g.timeout = time.Duration(s.Endpoint.TimeoutMS) * time.Millisecond
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -218,7 +219,7 @@ func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID strin
 		semconv.MessagingMessageID(deliveryID),
 		attrSubscription.String(g.sub.ID),
 	}
-	if r.Key != nil && headerSafe(r.Key) {
+	if r.Key != nil && utf8.Valid(r.Key) {
 		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(r.Key)))
 	}
 	return g.tel.tracer.Start(ctx, "process "+r.Topic,

@@ -49,9 +49,24 @@ type Subscription struct {
 	// DeadLetterTopic receives records whose delivery ended without
 	// success. Empty means "<topic>.keyhook.dlq"; DeadLetterNone disables
 	// dead-lettering (the key blocks until an operator acts).
-	DeadLetterTopic string    `json:"dead_letter_topic,omitempty"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	DeadLetterTopic string `json:"dead_letter_topic,omitempty"`
+	// Format shapes each request: "raw" (default: the record value as
+	// is), "cloudevents-binary", "cloudevents-structured" or "envelope".
+	Format string `json:"format,omitempty"`
+	// ContentType overrides the record's content-type header for raw
+	// bodies and the CloudEvents datacontenttype.
+	ContentType string `json:"content_type,omitempty"`
+	// CloudEventsType is the CloudEvents "type" (default
+	// "dev.keyhook.record").
+	CloudEventsType string `json:"cloudevents_type,omitempty"`
+	// Retry is the subscription's retry policy; zero fields take the
+	// node's defaults.
+	Retry RetryPolicy `json:"retry,omitzero"`
+	// Signing holds the secrets deliveries are signed with (Standard
+	// Webhooks); a subscription signs by default.
+	Signing   Signing   `json:"signing,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Paused stops deliveries on every node (the consumer group is left
 	// after a graceful drain) until the subscription is resumed.
 	Paused bool `json:"paused"`
@@ -65,6 +80,11 @@ type Endpoint struct {
 	URL string `json:"url"`
 	// TimeoutMS bounds one attempt; 0 means the node's default (30 s).
 	TimeoutMS int `json:"timeout_ms,omitempty"`
+	// Auth authenticates deliveries (static headers, bearer token, basic).
+	Auth *EndpointAuth `json:"auth,omitempty"`
+	// FollowRedirects is how many 307/308 redirects a delivery follows,
+	// each target checked like the endpoint itself; 0 follows none.
+	FollowRedirects int `json:"follow_redirects,omitempty"`
 }
 
 // GroupID is the Kafka consumer group of the subscription.
@@ -103,14 +123,21 @@ type PartitionStatus struct {
 	// Watermark is the lowest offset not acked, as last flushed.
 	Watermark int64 `json:"watermark"`
 	// Pending counts fetched offsets at or above the watermark not acked.
-	Pending  int64 `json:"pending"`
+	Pending int64 `json:"pending"`
+	// InFlight counts records being delivered to the endpoint.
 	InFlight int64 `json:"in_flight"`
+	// InFlightKeys counts the distinct keys with a record in flight: with
+	// ordering "key", how many lanes are busy.
+	InFlightKeys int64 `json:"in_flight_keys"`
 	// AckedRanges are the acked offsets above the watermark, inclusive
 	// [first, last] pairs.
 	AckedRanges [][2]int64 `json:"acked_ranges"`
 	Owner       string     `json:"owner"`
 	// OldestPending is when the oldest pending record was dispatched.
 	OldestPending *time.Time `json:"oldest_pending,omitempty"`
+	// OldestPendingAgeMS is how long ago, in milliseconds, OldestPending
+	// was, as of the answer; absent with OldestPending.
+	OldestPendingAgeMS *int64 `json:"oldest_pending_age_ms,omitempty"`
 	// Updated is when the owner last flushed its state.
 	Updated *time.Time `json:"updated,omitempty"`
 }

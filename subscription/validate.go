@@ -122,6 +122,8 @@ func (s *Subscription) Validate() []FieldError {
 		add("start", `must be one of "earliest", "latest"`)
 	}
 
+	s.validateDelivery(add)
+
 	switch dlt := s.DeadLetterTopic; {
 	case dlt == "" || dlt == DeadLetterNone:
 	case topicNameProblem(dlt) != "":

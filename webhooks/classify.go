@@ -39,20 +39,22 @@ func (o Outcome) String() string {
 // should be retried or is final.
 //
 // When the endpoint answered, its status decides: 2xx succeed; 408, 425, 429
-// and 5xx are retried; every other status (1xx, 3xx since redirects are not
-// followed, other 4xx) is final.
+// and 5xx are retried; every other status (1xx, a 3xx the client did not
+// follow, other 4xx) is final.
 //
-// When no response arrived, a forbidden address or an unusable URL
-// ([ErrInvalidURL]) is final; everything else is retried: timeouts, refused
-// or reset connections, unexpected EOF, DNS failures, TLS failures, and
-// cancellation of the caller's context, so that a record is never
-// dead-lettered because the node is shutting down.
+// When no response arrived, a forbidden address, an unusable URL
+// ([ErrInvalidURL]), a request refused before sending ([ErrInvalidRequest])
+// or a refused redirect ([ErrRedirectRefused]) is final; everything else is
+// retried: timeouts, refused or reset connections, unexpected EOF, DNS
+// failures, TLS failures, and cancellation of the caller's context, so that
+// a record is never dead-lettered because the node is shutting down.
 func Classify(a Attempt) Outcome {
 	if a.Status != 0 {
 		return classifyStatus(a.Status)
 	}
 	var fa *ErrForbiddenAddress
-	if errors.As(a.Err, &fa) || errors.Is(a.Err, ErrInvalidURL) {
+	if errors.As(a.Err, &fa) || errors.Is(a.Err, ErrInvalidURL) ||
+		errors.Is(a.Err, ErrInvalidRequest) || errors.Is(a.Err, ErrRedirectRefused) {
 		return OutcomeFinal
 	}
 	// Unknown errors retry: a transient fault dead-lettered is a record

@@ -152,3 +152,14 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+func TestClassifyMakesRefusedRequestsAndRedirectsFinal(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("%w: bad auth", webhooks.ErrInvalidRequest),
+		transportErr(fmt.Errorf("%w: downgrade", webhooks.ErrRedirectRefused)),
+	} {
+		if got := webhooks.Classify(webhooks.Attempt{Err: err}); got != webhooks.OutcomeFinal {
+			t.Errorf("Classify(%v) = %s, want final", err, got)
+		}
+	}
+}

@@ -42,12 +42,16 @@ const (
 	HeaderWebhookID = "webhook-id"
 )
 
-// ownedHeaders are set by Send alone, whatever the caller passes.
+// ownedHeaders are set by Send alone, whatever the caller passes. The
+// signature headers are among them because a signature computed ahead of
+// the attempt would carry a stale timestamp.
 var ownedHeaders = map[string]bool{
-	"Content-Type":                           true,
-	"User-Agent":                             true,
-	http.CanonicalHeaderKey(HeaderAttempt):   true,
-	http.CanonicalHeaderKey(HeaderWebhookID): true,
+	"Content-Type":                                  true,
+	"User-Agent":                                    true,
+	http.CanonicalHeaderKey(HeaderAttempt):          true,
+	http.CanonicalHeaderKey(HeaderWebhookID):        true,
+	http.CanonicalHeaderKey(HeaderWebhookTimestamp): true,
+	http.CanonicalHeaderKey(HeaderWebhookSignature): true,
 }
 
 // Clock is the source of time for attempt timestamps and for the waits
@@ -90,6 +94,19 @@ type ClientConfig struct {
 	MaxIdleConnsPerHost int
 	// Clock times attempts and backoff waits. Nil means the system clock.
 	Clock Clock
+	// FollowRedirects is how many redirects one attempt follows. Default
+	// 0: none, a 3xx is the attempt's answer (and final). Only 307 and 308
+	// are followed, since the others turn the POST into a GET without its
+	// body; each target must pass Policy (checked before following and
+	// again at connect time); https never downgrades to http; and
+	// credentials from [Auth] are dropped when the origin changes. Any
+	// other redirect ends the attempt with [ErrRedirectRefused].
+	FollowRedirects int
+	// Limiters, if not nil, bounds the concurrent attempts of
+	// [Client.Deliver] per endpoint origin and adapts the bound to the
+	// endpoint's throttling. Share one across every client of a node.
+	// Default nil: no limit.
+	Limiters *Limiters
 }
 
 // Client sends webhook requests. It is safe for concurrent use; create one
@@ -102,8 +119,9 @@ type Client struct {
 }
 
 // NewClient returns a Client whose dialer checks every destination address
-// against cfg.Policy at connect time, which follows no redirects (a 3xx is an
-// outcome like any other status) and which speaks HTTP/1.1 and HTTP/2.
+// against cfg.Policy at connect time, which follows redirects only as
+// cfg.FollowRedirects allows (by default none: a 3xx is an outcome like any
+// other status) and which speaks HTTP/1.1 and HTTP/2.
 // Environment proxies are ignored on purpose: through a proxy the address
 // check would vet the proxy, not the endpoint.
 func NewClient(cfg ClientConfig) (*Client, error) {
@@ -114,6 +132,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, errors.New("webhooks: client max response bytes must not be negative")
 	case cfg.MaxIdleConnsPerHost < 0:
 		return nil, errors.New("webhooks: client max idle conns per host must not be negative")
+	case cfg.FollowRedirects < 0:
+		return nil, errors.New("webhooks: client follow redirects must not be negative")
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
@@ -167,21 +187,18 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		},
 		// A custom DialContext and TLS config turn automatic HTTP/2 off;
 		// ask for it explicitly.
-		ForceAttemptHTTP2:     true,
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   tlsHandshakeTimeout,
-		ResponseHeaderTimeout: cfg.Timeout,
-		MaxIdleConns:          0, // no global cap: the per-host cap and the idle timeout bound it
-		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
-		IdleConnTimeout:       idleConnTimeout,
+		ForceAttemptHTTP2:   true,
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: tlsHandshakeTimeout,
+		// No ResponseHeaderTimeout: each attempt's context carries its
+		// timeout, which a request may set shorter or longer.
+		MaxIdleConns:        0, // no global cap: the per-host cap and the idle timeout bound it
+		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
+		IdleConnTimeout:     idleConnTimeout,
 	}
-	hc := &http.Client{
-		Transport: tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
-	return &Client{cfg: cfg, http: hc, tr: tr, clock: clock}, nil
+	c := &Client{cfg: cfg, tr: tr, clock: clock}
+	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
+	return c, nil
 }
 
 // CloseIdleConnections closes the pooled connections that carry no request.
@@ -196,13 +213,23 @@ type Request struct {
 	Body []byte
 	// ContentType is sent as Content-Type. Default application/octet-stream.
 	ContentType string
-	// Header holds extra headers chosen by the caller (topic, offset, key,
-	// signature...), copied as is, except Content-Type, User-Agent,
-	// keyhook-attempt and webhook-id, which Send sets itself.
+	// Header holds extra headers chosen by the caller (topic, offset,
+	// key...), copied as is, except Content-Type, User-Agent,
+	// keyhook-attempt, webhook-id, webhook-timestamp and webhook-signature,
+	// which Send sets itself. A name that is not a token or a value with a
+	// control character makes the attempt fail, final.
 	Header http.Header
 	// DeliveryID is stable across the attempts of one delivery and sent as
 	// webhook-id so endpoints can deduplicate. Empty sends no webhook-id.
 	DeliveryID string
+	// Signer, if not nil, signs every attempt when it is sent (see
+	// [Signer.Sign]); DeliveryID is then required.
+	Signer *Signer
+	// Auth, if not nil, adds the endpoint's credentials to every attempt.
+	// An Auth that fails Validate makes the attempt fail, final.
+	Auth *Auth
+	// Timeout bounds each attempt; zero means the client's Timeout.
+	Timeout time.Duration
 }
 
 // Attempt is the result of one request.
@@ -223,14 +250,19 @@ type Attempt struct {
 	// Duration is how long the attempt took, body read included.
 	Duration time.Duration
 	// Body holds the first bytes of the response body, at most
-	// ClientConfig.MaxResponseBytes, for diagnostics.
+	// ClientConfig.MaxResponseBytes, for diagnostics and for
+	// [ParseBatchResponse].
 	Body []byte
+	// BodyTruncated reports that the response body was longer than Body.
+	BodyTruncated bool
 }
 
 // Send performs one attempt of r, numbered attempt. It sets the headers
-// keyhook-attempt, webhook-id, Content-Type and User-Agent, bounds the
-// attempt by ClientConfig.Timeout, and always closes the response body
-// before returning. Send never retries; see [Client.Deliver].
+// keyhook-attempt, webhook-id, Content-Type and User-Agent, the signature
+// of r.Signer and the credentials of r.Auth, bounds the attempt by
+// ClientConfig.Timeout, and always closes the response body before
+// returning. Send never retries and never waits for a [Limiter]; see
+// [Client.Deliver].
 func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
 	a := Attempt{Number: attempt, Started: c.clock.Now()}
 	c.send(ctx, r, &a)
@@ -238,11 +270,19 @@ func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
 	return a
 }
 
+// timeout is the attempt timeout of r: its own, else the client's.
+func (c *Client) timeout(r *Request) time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return c.cfg.Timeout
+}
+
 // send fills a with the outcome of one request.
 func (c *Client) send(ctx context.Context, r *Request, a *Attempt) {
-	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	actx, cancel := context.WithTimeout(ctx, c.timeout(r))
 	defer cancel()
-	req, err := c.newRequest(actx, r, a.Number)
+	req, err := c.newRequest(actx, r, a.Number, a.Started)
 	if err != nil {
 		a.Err = err
 		return
@@ -250,19 +290,23 @@ func (c *Client) send(ctx context.Context, r *Request, a *Attempt) {
 
 	resp, err := c.http.Do(req)
 	if err != nil {
-		a.Err = c.describeError(ctx, actx, r.URL, err)
+		a.Err = describeError(ctx, actx, r.URL, c.timeout(r), err)
 		return
 	}
 	defer resp.Body.Close()
 	a.Status = resp.StatusCode
 	a.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now())
-	// Read errors are ignored on purpose: the body is diagnostics only and
-	// the status already says what the endpoint decided.
-	a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes))
+	// Read errors are ignored on purpose: the status already says what the
+	// endpoint decided, and a batch response cut short is judged by
+	// ParseBatchResponse. One byte more than kept tells a body that was cut.
+	a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
+	if int64(len(a.Body)) > c.cfg.MaxResponseBytes {
+		a.Body, a.BodyTruncated = a.Body[:c.cfg.MaxResponseBytes], true
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
 }
 
-func (c *Client) newRequest(ctx context.Context, r *Request, attempt int) (*http.Request, error) {
+func (c *Client) newRequest(ctx context.Context, r *Request, attempt int, now time.Time) (*http.Request, error) {
 	u, err := url.Parse(r.URL)
 	if err != nil {
 		var ue *url.Error
@@ -277,6 +321,18 @@ func (c *Client) newRequest(ctx context.Context, r *Request, attempt int) (*http
 	if u.Host == "" {
 		return nil, fmt.Errorf("%w: missing host", ErrInvalidURL)
 	}
+	if r.Auth != nil {
+		if err := r.Auth.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		ctx = withCredentials(ctx, r.Auth.headerNames())
+	}
+	if r.Signer != nil && r.DeliveryID == "" {
+		return nil, fmt.Errorf("%w: a signed request needs a delivery id", ErrInvalidRequest)
+	}
+	if err := checkHeaders(r); err != nil {
+		return nil, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
@@ -289,9 +345,12 @@ func (c *Client) newRequest(ctx context.Context, r *Request, attempt int) (*http
 		}
 		req.Header[k] = append([]string(nil), vs...)
 	}
+	if r.Auth != nil {
+		r.Auth.Apply(req.Header)
+	}
 	ct := r.ContentType
 	if ct == "" {
-		ct = "application/octet-stream"
+		ct = octetStream
 	}
 	req.Header.Set("Content-Type", ct)
 	req.Header.Set("User-Agent", c.cfg.UserAgent)
@@ -299,20 +358,41 @@ func (c *Client) newRequest(ctx context.Context, r *Request, attempt int) (*http
 	if r.DeliveryID != "" {
 		req.Header.Set(HeaderWebhookID, r.DeliveryID)
 	}
+	if r.Signer != nil {
+		r.Signer.Sign(r.DeliveryID, now, r.Body, req.Header)
+	}
 	return req, nil
+}
+
+// checkHeaders refuses what the transport would refuse at every attempt:
+// retrying a request that can never be sent would block its key forever.
+// Values are never repeated in the error.
+func checkHeaders(r *Request) error {
+	for name, vs := range r.Header {
+		if !isToken(name) {
+			return fmt.Errorf("%w: header name %q is not a token", ErrInvalidRequest, name)
+		}
+		for _, v := range vs {
+			if hasControl(v) {
+				return fmt.Errorf("%w: header %s has a value with control characters", ErrInvalidRequest, name)
+			}
+		}
+	}
+	if hasControl(r.ContentType) || hasControl(r.DeliveryID) {
+		return fmt.Errorf("%w: content type and delivery id must not contain control characters", ErrInvalidRequest)
+	}
+	return nil
 }
 
 // describeError strips the URL down to scheme and host, and says when the
 // attempt's own timeout (rather than the caller's context) ended it.
-func (c *Client) describeError(parent, actx context.Context, raw string, err error) error {
+func describeError(parent, actx context.Context, raw string, timeout time.Duration, err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = &url.Error{Op: ue.Op, URL: redactURL(raw), Err: ue.Err}
 	}
-	// Either the attempt's context or the transport's response header
-	// timer, both set to Timeout, may fire first.
 	if parent.Err() == nil && (errors.Is(actx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("webhooks: attempt timed out after %s: %w", c.cfg.Timeout, err)
+		return fmt.Errorf("webhooks: attempt timed out after %s: %w", timeout, err)
 	}
 	return err
 }

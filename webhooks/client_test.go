@@ -343,3 +343,43 @@ func TestNewClientRejectsNegativeSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestSendMakesUnsendableHeadersFinalWithoutSending(t *testing.T) {
+	ep := newEndpoint(t, statuses(http.StatusOK))
+	c := newClient(t, webhooks.ClientConfig{})
+	tests := map[string]*webhooks.Request{
+		"header name with a space": {URL: ep.URL, Header: http.Header{"Bad Name": {"v"}}},
+		"header value with CRLF":   {URL: ep.URL, Header: http.Header{"X-Topic": {"orders\r\nX-Evil: 1"}}},
+		"content type with LF":     {URL: ep.URL, ContentType: "text/plain\nX-Evil: 1"},
+		"delivery id with NUL":     {URL: ep.URL, DeliveryID: "dlv\x00"},
+	}
+	for name, req := range tests {
+		a := c.Send(context.Background(), req, 1)
+		if !errors.Is(a.Err, webhooks.ErrInvalidRequest) || webhooks.Classify(a) != webhooks.OutcomeFinal {
+			t.Errorf("%s: Send = {status %d, err %v}, want a final ErrInvalidRequest", name, a.Status, a.Err)
+			continue
+		}
+		if strings.Contains(a.Err.Error(), "Evil") {
+			t.Errorf("%s: error %q repeats the value", name, a.Err)
+		}
+	}
+	if n, conns := len(ep.requests()), ep.conns.Load(); n != 0 || conns != 0 {
+		t.Errorf("endpoint saw %d requests on %d connections, want none", n, conns)
+	}
+}
+
+// A request's own timeout overrides the client's, in both directions.
+func TestRequestTimeoutOverridesTheClients(t *testing.T) {
+	ep := newEndpoint(t, func(_ http.ResponseWriter, r *http.Request, _ int) {
+		<-r.Context().Done()
+	})
+	c := newClient(t, webhooks.ClientConfig{Timeout: 10 * time.Second})
+	started := time.Now()
+	a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL, Timeout: 50 * time.Millisecond}, 1)
+	if !errors.Is(a.Err, context.DeadlineExceeded) || !strings.Contains(a.Err.Error(), "after 50ms") {
+		t.Fatalf("Send err = %v, want a timeout after 50ms", a.Err)
+	}
+	if took := time.Since(started); took > 5*time.Second {
+		t.Errorf("attempt took %v: the client's 10s timeout applied, not the request's", took)
+	}
+}

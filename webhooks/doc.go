@@ -1,18 +1,30 @@
-// Package webhooks owns one HTTP delivery: it builds the request, sends it
-// through an egress-safe client, classifies the response and retries with
-// exponential backoff until the delivery succeeds, becomes final or runs out
-// of budget.
+// Package webhooks owns one HTTP delivery: it renders a message into a
+// request, signs it, sends it through an egress-safe client, classifies the
+// response and retries with exponential backoff until the delivery
+// succeeds, becomes final or runs out of budget.
 //
-// The package knows HTTP and nothing of Kafka: callers hand it a URL, a body
-// and the headers they want sent (delivery id, topic, offset...), and get back
-// an [Attempt] or a [Result]. It does not ack, commit or dead-letter anything;
+// The package knows HTTP and nothing of Kafka: callers describe what to
+// deliver as a [Message] (id, key, value, headers, time, and whatever
+// attributes they want shown, such as topic and offset) and get back an
+// [Attempt] or a [Result]. It does not ack, commit or dead-letter anything;
 // it only says which of those the caller should do.
 //
-// Three decisions live here and nowhere else:
+// What an endpoint receives is decided here and nowhere else:
+//   - the body and metadata of each [Format] ([Encode]): the raw value with
+//     Keyhook-* headers, a CloudEvents 1.0 event in binary or structured
+//     mode, or a JSON [Envelope]; several envelopes make a [Batch], whose
+//     partial-failure answer [ParseBatchResponse] reads;
+//   - the Standard Webhooks signature ([Signer]), made at every attempt so
+//     its timestamp is fresh, under one or more rotating secrets ([Secret]);
+//   - the endpoint's credentials ([Auth]), which never print.
+//
+// And how it is sent:
 //   - which destination addresses egress may reach ([AddressPolicy]), checked
-//     at registration ([AddressPolicy.CheckURL]) and again at every connect,
+//     at registration ([AddressPolicy.CheckURL]), again at every connect,
 //     after DNS resolution, so a name that later resolves elsewhere (DNS
-//     rebinding) is still refused;
+//     rebinding) is still refused, and before following any redirect;
+//   - how many requests one endpoint gets at once ([Limiters]), shrinking
+//     when it throttles and growing back when it recovers;
 //   - whether an attempt succeeded, should be retried or is final
 //     ([Classify]);
 //   - how long to wait between attempts ([RetryPolicy], honouring

@@ -109,7 +109,9 @@ type Result struct {
 // (Outcome OutcomeRetry). Between attempts it waits for the exponential
 // backoff or the endpoint's Retry-After, whichever is longer, capped at
 // p.MaxInterval. onAttempt, if not nil, is called after every attempt, on
-// the calling goroutine.
+// the calling goroutine. With ClientConfig.Limiters, each attempt first
+// waits for a slot of its endpoint's [Limiter] and reports its status to it;
+// the wait counts toward p.MaxElapsed like any other.
 //
 // p should have passed Validate; an invalid policy makes no attempt and
 // returns OutcomeFinal with the validation error, so the mistake surfaces in
@@ -132,7 +134,10 @@ func (c *Client) Deliver(ctx context.Context, r *Request, p RetryPolicy, onAttem
 
 	var res Result
 	for n := 1; ; n++ {
-		a := c.Send(ctx, r, n)
+		a, err := c.sendLimited(ctx, r, n)
+		if err != nil {
+			return interrupted(ctx, res)
+		}
 		if n == 1 {
 			res.First = a.Started
 		}
@@ -166,6 +171,27 @@ func (c *Client) Deliver(ctx context.Context, r *Request, p RetryPolicy, onAttem
 			return interrupted(ctx, res)
 		}
 	}
+}
+
+// sendLimited is Send inside a slot of the endpoint's limiter, when the
+// client has limiters. It fails only when ctx ends while waiting for a
+// slot; the attempt is then not made.
+func (c *Client) sendLimited(ctx context.Context, r *Request, n int) (Attempt, error) {
+	if c.cfg.Limiters == nil {
+		return c.Send(ctx, r, n), nil
+	}
+	lim, err := c.cfg.Limiters.For(r.URL)
+	if err != nil {
+		// An unusable URL: Send reports it as a final attempt.
+		return c.Send(ctx, r, n), nil
+	}
+	release, err := lim.Acquire(ctx)
+	if err != nil {
+		return Attempt{}, err
+	}
+	a := c.Send(ctx, r, n)
+	release(a.Status)
+	return a, nil
 }
 
 // wait blocks for d or until ctx ends, whichever comes first.

@@ -1,0 +1,163 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/subscription"
+)
+
+// A record the endpoint refuses (400) lands in the dead-letter topic with
+// its key, value, headers and every why-header, and is acked; the other
+// records flow. A flapping endpoint (503 twice, then 200) delivers with
+// three attempts, and the subscription's own retry budget (max attempts)
+// dead-letters a record that never succeeds.
+func TestFailedDeliveriesAreDeadLetteredWithWhyAndOthersFlow(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "dlq")
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	var mu sync.Mutex
+	calls := map[int64]int{}
+	sink.Status = func(d *testutil.Delivery) int {
+		mu.Lock()
+		defer mu.Unlock()
+		calls[d.Offset]++
+		switch {
+		case d.Offset == 10:
+			return http.StatusBadRequest // poison: final at once
+		case d.Offset == 20 && calls[20] <= 2:
+			return http.StatusServiceUnavailable // flaps, then delivers
+		case d.Offset == 30:
+			return http.StatusInternalServerError // never succeeds: budget
+		}
+		return http.StatusOK
+	}
+	const n = 100
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range n {
+		rec := &kgo.Record{Topic: "dlq", Key: fmt.Appendf(nil, "k%d", i%7), Value: fmt.Appendf(nil, "v%d", i),
+			Headers: []kgo.RecordHeader{{Key: "origin", Value: []byte("test")}}}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub := newSub("dlq", "dlq", sink.URL, subscription.OrderKey, 8)
+	sub.DeadLetterTopic = ""
+	sub.Retry = subscription.RetryPolicy{InitialIntervalMS: 10, MaxIntervalMS: 20, MaxAttempts: 4}
+	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	sink.WaitAcked(t, n-2, time.Minute)
+	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, 30*time.Second)
+
+	mu.Lock()
+	if calls[20] != 3 || calls[10] != 1 || calls[30] != 4 {
+		t.Errorf("attempts: flapping %d (want 3), poison %d (want 1), failing %d (want 4 = max_attempts)", calls[20], calls[10], calls[30])
+	}
+	mu.Unlock()
+
+	// Read the dead-letter topic.
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("dlq.keyhook.dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got := map[string]*kgo.Record{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(got) < 2 && ctx.Err() == nil {
+		consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, h := range r.Headers {
+				if h.Key == dispatcher.DLQHeaderOffset {
+					got[string(h.Value)] = r
+				}
+			}
+		})
+	}
+	for off, want := range map[string]struct {
+		status, attempts string
+	}{"10": {"400", "1"}, "30": {"500", "4"}} {
+		r := got[off]
+		if r == nil {
+			t.Errorf("offset %s not in the dead-letter topic (got %d records)", off, len(got))
+			continue
+		}
+		o, _ := strconv.Atoi(off)
+		if string(r.Value) != fmt.Sprintf("v%d", o) || string(r.Key) != fmt.Sprintf("k%d", o%7) {
+			t.Errorf("offset %s: dead letter key %q value %q, want the original", off, r.Key, r.Value)
+		}
+		h := map[string]string{}
+		for _, x := range r.Headers {
+			h[x.Key] = string(x.Value)
+		}
+		for k, v := range map[string]string{
+			"origin":                         "test",
+			dispatcher.DLQHeaderSubscription: sub.ID,
+			dispatcher.DLQHeaderTopic:        "dlq",
+			dispatcher.DLQHeaderPartition:    "0",
+			dispatcher.DLQHeaderStatus:       want.status,
+			dispatcher.DLQHeaderAttempts:     want.attempts,
+			dispatcher.DLQHeaderDeliveryID:   dispatcher.DeliveryID(sub.ID, "dlq", 0, int64(o)),
+		} {
+			if h[k] != v {
+				t.Errorf("offset %s: header %s = %q, want %q", off, k, h[k], v)
+			}
+		}
+		for _, k := range []string{dispatcher.DLQHeaderFirstAttempt, dispatcher.DLQHeaderLastAttempt} {
+			if _, err := time.Parse(time.RFC3339Nano, h[k]); err != nil {
+				t.Errorf("offset %s: header %s = %q, not a time", off, k, h[k])
+			}
+		}
+		if off == "30" && h[dispatcher.DLQHeaderError] == "" {
+			t.Errorf("offset 30: no %s header saying the budget ran out", dispatcher.DLQHeaderError)
+		}
+	}
+}
+
+// Every delivery is signed (Standard Webhooks) and an independent verifier
+// accepts it; across a rotation both secrets sign, so an endpoint that
+// still knows only the old secret, and one that knows only the new, both
+// verify.
+func TestDeliveriesAreSignedAndVerifyAcrossRotation(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "signed")
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	produce(t, brokers, "signed", 20, func(i int) string { return fmt.Sprintf("k%d", i) }, func(int) int32 { return 0 })
+
+	sub := newSub("signed", "signed", sink.URL, subscription.OrderKey, 4)
+	if err := sub.EnsureSigningSecret(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	old := sub.Signing.Secrets[0].Secret
+	newer, err := sub.RotateSigningSecret(time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	sink.WaitAcked(t, 20, 30*time.Second)
+
+	for _, secret := range []string{old, newer.Secret} {
+		wh, err := standardwebhooks.NewWebhook(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range sink.Deliveries() {
+			if err := wh.Verify(d.Body, d.Header); err != nil {
+				t.Fatalf("offset %d: signature does not verify with one of the rotation's secrets: %v (webhook-signature %q)",
+					d.Offset, err, d.Header.Get("webhook-signature"))
+			}
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package webhooks
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// ErrInvalidRequest is wrapped by the error of an attempt that [Client.Send]
+// refused to make because the request itself is wrong (invalid
+// credentials, a signer without a delivery id). Such an attempt is final:
+// retrying cannot fix it.
+var ErrInvalidRequest = errors.New("webhooks: invalid request")
+
+// Auth holds the credentials an endpoint expects on every request. The
+// zero value sends none. Auth never prints its values: every fmt verb and
+// slog show only which credentials are set.
+type Auth struct {
+	// Headers are sent as is, one value each: API keys and the like. Names
+	// are HTTP tokens; the headers keyhook sets itself are refused (see
+	// Validate).
+	Headers map[string]string
+	// BearerToken is sent as "Authorization: Bearer <token>".
+	BearerToken string
+	// BasicUser and BasicPassword are sent as HTTP Basic authentication
+	// (RFC 7617) when BasicUser is set.
+	BasicUser, BasicPassword string
+}
+
+// reservedHeaders are set by the client, the encoder, the signer or the
+// transport; a credential header must not replace them. Compared in
+// canonical form.
+var reservedHeaders = map[string]bool{
+	"Content-Type":      true,
+	"Content-Length":    true,
+	"Content-Encoding":  true,
+	"Transfer-Encoding": true,
+	"Connection":        true,
+	"Keep-Alive":        true,
+	"Upgrade":           true,
+	"Te":                true,
+	"Trailer":           true,
+	"Host":              true,
+	"User-Agent":        true,
+	"Traceparent":       true,
+	"Tracestate":        true,
+	"Baggage":           true,
+}
+
+// reservedHeaderPrefixes are the header families keyhook owns: its own
+// metadata, the Standard Webhooks signature and the CloudEvents binary
+// mode attributes.
+var reservedHeaderPrefixes = []string{"Keyhook-", "Webhook-", "Ce-", "Proxy-"}
+
+// Validate reports the first problem of a, naming the field as in a
+// subscription's JSON (auth.headers, auth.bearer_token, auth.basic_user,
+// auth.basic_password). It refuses header names that are not tokens, names
+// of headers keyhook sets itself (Content-Type, Host, User-Agent,
+// traceparent, keyhook-*, webhook-*, ce-*...), control characters in any
+// value (a CR or LF would let a value inject headers), a colon in the basic
+// user (RFC 7617), a password without a user, two names differing only
+// in case, and two sources of Authorization at once. Its messages never contain a value.
+func (a Auth) Validate() error {
+	bearer, basic := a.BearerToken != "", a.BasicUser != ""
+	seen := make(map[string]string, len(a.Headers))
+	for _, name := range slices.Sorted(maps.Keys(a.Headers)) {
+		canon := http.CanonicalHeaderKey(name)
+		prev, dup := seen[canon]
+		seen[canon] = name
+		switch {
+		case dup:
+			return fmt.Errorf("auth.headers: %q and %q name the same header", prev, name)
+		case !isToken(name):
+			return fmt.Errorf("auth.headers: %q is not a valid header name", name)
+		case reservedHeaders[canon] || hasAnyPrefix(canon, reservedHeaderPrefixes):
+			return fmt.Errorf("auth.headers: %q is set by keyhook and cannot be configured", name)
+		case canon == "Authorization" && (bearer || basic):
+			return fmt.Errorf("auth.headers: %q conflicts with auth.bearer_token or auth.basic_user, which set it too", name)
+		case hasControl(a.Headers[name]):
+			return fmt.Errorf("auth.headers[%q] must not contain control characters such as CR or LF", name)
+		}
+	}
+	switch {
+	case bearer && basic:
+		return errors.New("auth.bearer_token and auth.basic_user cannot both be set: each sets Authorization")
+	case hasControl(a.BearerToken) || strings.ContainsAny(a.BearerToken, " \t"):
+		return errors.New("auth.bearer_token must not contain spaces or control characters such as CR or LF")
+	case a.BasicPassword != "" && !basic:
+		return errors.New("auth.basic_password is set without auth.basic_user")
+	case strings.Contains(a.BasicUser, ":"):
+		return errors.New("auth.basic_user must not contain a colon")
+	case hasControl(a.BasicUser):
+		return errors.New("auth.basic_user must not contain control characters such as CR or LF")
+	case hasControl(a.BasicPassword):
+		return errors.New("auth.basic_password must not contain control characters such as CR or LF")
+	}
+	return nil
+}
+
+// Apply sets a's credentials on h. It does not validate: call Validate
+// first ([Client.Send] does).
+func (a Auth) Apply(h http.Header) {
+	for name, v := range a.Headers {
+		h.Set(name, v)
+	}
+	switch {
+	case a.BearerToken != "":
+		h.Set("Authorization", "Bearer "+a.BearerToken)
+	case a.BasicUser != "":
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(a.BasicUser+":"+a.BasicPassword)))
+	}
+}
+
+// headerNames returns the canonical names of the headers Apply sets, so a
+// redirect to another origin can drop them.
+func (a Auth) headerNames() []string {
+	names := make([]string, 0, len(a.Headers)+1)
+	for name := range a.Headers {
+		names = append(names, http.CanonicalHeaderKey(name))
+	}
+	if a.BearerToken != "" || a.BasicUser != "" {
+		names = append(names, "Authorization")
+	}
+	return names
+}
+
+// String shows which credentials are set, never their values, such as
+// "Auth{headers: [X-Api-Key], bearer_token: [REDACTED]}".
+func (a Auth) String() string {
+	var parts []string
+	if len(a.Headers) > 0 {
+		parts = append(parts, fmt.Sprintf("headers: %v", slices.Sorted(maps.Keys(a.Headers))))
+	}
+	if a.BearerToken != "" {
+		parts = append(parts, "bearer_token: "+redacted)
+	}
+	if a.BasicUser != "" || a.BasicPassword != "" {
+		parts = append(parts, "basic: "+redacted)
+	}
+	return "Auth{" + strings.Join(parts, ", ") + "}"
+}
+
+// GoString returns the same as String, so %#v does not print values.
+func (a Auth) GoString() string { return a.String() }
+
+// Format prints the String form for every verb: without it, %d or %x would
+// walk the fields and print the values.
+func (a Auth) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, a.String()) }
+
+// LogValue keeps the values out of slog output, whatever the handler.
+func (a Auth) LogValue() slog.Value { return slog.StringValue(a.String()) }
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

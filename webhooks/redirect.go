@@ -1,0 +1,76 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// ErrRedirectRefused is wrapped by the error of an attempt whose endpoint
+// redirected somewhere the client will not follow: a redirect that would
+// turn the POST into a GET without its body (301, 302, 303), a downgrade
+// from https to http, or a target the [AddressPolicy] refuses. Such an
+// attempt is final: the endpoint will redirect again.
+var ErrRedirectRefused = errors.New("webhooks: redirect refused")
+
+// credentialsKey carries, in a request's context, the names of the
+// credential headers that must not follow a redirect to another origin.
+type credentialsKey struct{}
+
+// checkRedirect decides, before each redirect, whether the client follows
+// it. Refusals wrap ErrRedirectRefused so that Classify makes them final;
+// running out of hops returns the last 3xx as the attempt's status, final
+// as well.
+func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) > c.cfg.FollowRedirects {
+		return http.ErrUseLastResponse
+	}
+	status := 0
+	if req.Response != nil {
+		status = req.Response.StatusCode
+	}
+	target := redactURL(req.URL.String())
+	if req.Method != http.MethodPost {
+		// net/http rewrites POST to GET for 301, 302 and 303 and drops the
+		// body: following would acknowledge a delivery never made.
+		return fmt.Errorf("%w: a %d redirect to %s would resend the webhook as %s without its body; only 307 and 308 are followed",
+			ErrRedirectRefused, status, target, req.Method)
+	}
+	prev := via[len(via)-1]
+	if prev.URL.Scheme == "https" && req.URL.Scheme != "https" {
+		return fmt.Errorf("%w: redirect from https to %s would send the webhook unencrypted", ErrRedirectRefused, target)
+	}
+	if err := c.cfg.Policy.CheckURL(req.Context(), req.URL.String()); err != nil {
+		if req.Context().Err() != nil {
+			return err
+		}
+		return fmt.Errorf("%w: to %s: %w", ErrRedirectRefused, target, err)
+	}
+	if sameOrigin(via[0], req) {
+		return nil
+	}
+	// Credentials belong to the registered endpoint. net/http drops
+	// Authorization on a change of domain only; a custom API-key header
+	// or a change of port would still carry them.
+	if names, ok := req.Context().Value(credentialsKey{}).([]string); ok {
+		for _, name := range names {
+			req.Header.Del(name)
+		}
+	}
+	return nil
+}
+
+func sameOrigin(a, b *http.Request) bool {
+	oa, errA := Origin(a.URL.String())
+	ob, errB := Origin(b.URL.String())
+	return errA == nil && errB == nil && oa == ob
+}
+
+// withCredentials records the credential header names of a request in ctx.
+func withCredentials(ctx context.Context, names []string) context.Context {
+	if len(names) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, credentialsKey{}, names)
+}

@@ -1,0 +1,95 @@
+package webhooks
+
+import (
+	"mime"
+	"strings"
+	"unicode/utf8"
+)
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2), the
+// syntax of a header name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTokenByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// headerSafe reports whether b can travel as an HTTP header value: valid
+// UTF-8 without control characters other than tab.
+func headerSafe(b []byte) bool {
+	return utf8.Valid(b) && !hasControl(string(b))
+}
+
+// headerExact reports whether b can travel as an HTTP header value and
+// reach the endpoint unchanged: headerSafe, without the leading or trailing
+// white space that receivers trim.
+func headerExact(b []byte) bool {
+	return headerSafe(b) && (len(b) == 0 || !isSpace(b[0]) && !isSpace(b[len(b)-1]))
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' }
+
+// hasControl reports whether s holds a control character other than tab:
+// such a character in a header value could end the header (CR, LF) or be
+// refused by the transport.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// isText reports whether b reads as text: valid UTF-8 whose only control
+// characters are tab, carriage return and line feed. Text travels in JSON
+// as a string; anything else travels as base64.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// isCEString reports whether s is a valid CloudEvents String: UTF-8 without
+// the C0 and C1 control characters (CloudEvents 1.0, "Type System").
+func isCEString(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r <= 0x1f || r >= 0x7f && r <= 0x9f {
+			return false
+		}
+	}
+	return true
+}
+
+// isJSONMediaType reports whether ct names JSON: application/json,
+// text/json or any +json structured suffix, parameters ignored.
+func isJSONMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
+}

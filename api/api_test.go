@@ -5,161 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/keyhook/keyhook/internal/testutil"
+
 	"github.com/keyhook/keyhook/subscription"
-	"github.com/redis/go-redis/v9"
 )
-
-// refusingChecker refuses every URL whose host ends in ".blocked.test",
-// the way an address policy refuses a private address.
-type refusingChecker struct{}
-
-func (refusingChecker) CheckURL(_ context.Context, raw string) error {
-	if strings.Contains(raw, ".blocked.test") {
-		return errors.New("host resolves to a private address")
-	}
-	return nil
-}
-
-// fakeStatus answers Status with a fixed result and remembers what it was
-// asked about.
-type fakeStatus struct {
-	mu     sync.Mutex
-	status *subscription.Status
-	err    error
-	asked  []string
-}
-
-func (f *fakeStatus) Status(_ context.Context, s *subscription.Subscription) (*subscription.Status, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.asked = append(f.asked, s.ID)
-	return f.status, f.err
-}
-
-func (f *fakeStatus) askedIDs() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.asked...)
-}
-
-// lockedBuffer collects log output written from server goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-type env struct {
-	url    string
-	rdb    *redis.Client
-	store  *subscription.Store
-	status *fakeStatus
-	log    *lockedBuffer
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	rdb := testutil.StartRedis(t).Client()
-	e := &env{rdb: rdb, store: subscription.NewStore(rdb, ""), status: &fakeStatus{}, log: &lockedBuffer{}}
-	srv := httptest.NewServer(NewRouter(e.store, refusingChecker{}, e.status,
-		Config{Logger: slog.New(slog.NewTextHandler(e.log, nil))}))
-	t.Cleanup(srv.Close)
-	e.url = srv.URL
-	return e
-}
-
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (e *env) do(t *testing.T, method, path, contentType string, body []byte) response {
-	t.Helper()
-	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
-}
-
-func (e *env) list(t *testing.T) []*subscription.Subscription {
-	t.Helper()
-	subs, err := e.store.List(context.Background())
-	if err != nil {
-		t.Fatalf("store.List: %v", err)
-	}
-	return subs
-}
-
-// wantProblem checks that r is a problem+json of the given status and slug
-// and returns it.
-func wantProblem(t *testing.T, r response, status int, slug string) problem {
-	t.Helper()
-	if r.status != status {
-		t.Errorf("status = %d, want %d; body %s", r.status, status, r.body)
-	}
-	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type = %q, want application/problem+json", ct)
-	}
-	var p problem
-	if err := json.Unmarshal(r.body, &p); err != nil {
-		t.Fatalf("problem body %s: %v", r.body, err)
-	}
-	if p.Type != problemTypeBase+slug || p.Status != status || p.Title == "" {
-		t.Errorf("problem = %+v, want type %s, status %d and a title", p, problemTypeBase+slug, status)
-	}
-	return p
-}
-
-func fields(p problem) []string {
-	var fs []string
-	for _, fe := range p.Errors {
-		fs = append(fs, fe.Field)
-	}
-	return fs
-}
-
-const validBody = `{"name":"orders to billing","topics":["orders"],"endpoint":{"url":"https://billing.example.com/hook","timeout_ms":5000},"ordering":"partition","max_in_flight":10,"start":"latest","dead_letter_topic":"none"}`
 
 func TestSubscriptionRoundTrip(t *testing.T) {
 	e := newEnv(t)
 
-	r := e.do(t, http.MethodPost, "/v1/subscriptions", "application/json", []byte(validBody))
+	r := e.do(t, http.MethodPost, "/v1/subscriptions", validBody)
 	if r.status != http.StatusCreated {
 		t.Fatalf("POST status = %d, want 201; body %s", r.status, r.body)
 	}
@@ -173,11 +32,20 @@ func TestSubscriptionRoundTrip(t *testing.T) {
 	if got, want := r.header.Get("Location"), "/v1/subscriptions/"+created.ID; got != want {
 		t.Errorf("Location = %q, want %q", got, want)
 	}
+	if got, want := r.header.Get("ETag"), `"`+created.ID+`.v1"`; got != want {
+		t.Errorf("ETag = %q, want %q", got, want)
+	}
 	want := subscription.Subscription{
 		ID: created.ID, Name: "orders to billing", Topics: []string{"orders"},
 		Endpoint: subscription.Endpoint{URL: "https://billing.example.com/hook", TimeoutMS: 5000},
 		Ordering: subscription.OrderPartition, MaxInFlight: 10, Start: subscription.StartLatest,
 		DeadLetterTopic: "none", CreatedAt: created.CreatedAt, UpdatedAt: created.CreatedAt, Version: 1,
+		Signing: created.Signing,
+	}
+	// A subscription signs by default: the creating answer shows its
+	// first secret, the only answer that ever will.
+	if n := len(created.Signing.Secrets); n != 1 || !strings.HasPrefix(created.Signing.Secrets[0].Secret, "whsec_") {
+		t.Errorf("created with signing %+v, want one secret with its value", created.Signing)
 	}
 	if diff := cmp.Diff(want, created); diff != "" {
 		t.Errorf("POST body (-want +got):\n%s", diff)
@@ -191,7 +59,8 @@ func TestSubscriptionRoundTrip(t *testing.T) {
 	}
 
 	// Defaults apply to what the client leaves out; no Content-Type is fine.
-	r = e.do(t, http.MethodPost, "/v1/subscriptions", "", []byte(`{"name":"minimal","topics":["a"],"endpoint":{"url":"http://h.example"}}`))
+	r = e.send(t, req{method: http.MethodPost, path: "/v1/subscriptions", token: e.writer,
+		body: `{"name":"minimal","topics":["a"],"endpoint":{"url":"http://h.example"},"paused":true}`})
 	if r.status != http.StatusCreated {
 		t.Fatalf("minimal POST status = %d, want 201; body %s", r.status, r.body)
 	}
@@ -199,176 +68,201 @@ func TestSubscriptionRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(r.body, &minimal); err != nil {
 		t.Fatal(err)
 	}
-	if minimal.Ordering != subscription.OrderKey || minimal.MaxInFlight != subscription.DefaultMaxInFlight || minimal.Start != subscription.StartEarliest {
-		t.Errorf("minimal subscription not given defaults: %+v", minimal)
+	if minimal.Ordering != subscription.OrderKey || minimal.MaxInFlight != subscription.DefaultMaxInFlight ||
+		minimal.Start != subscription.StartEarliest || !minimal.Paused {
+		t.Errorf("minimal subscription not given defaults, or not paused as asked: %+v", minimal)
 	}
 
-	r = e.do(t, http.MethodGet, "/v1/subscriptions/"+created.ID, "", nil)
+	r = e.send(t, req{method: http.MethodGet, path: "/v1/subscriptions/" + created.ID, token: e.reader})
 	var got subscription.Subscription
 	if r.status != http.StatusOK || json.Unmarshal(r.body, &got) != nil {
 		t.Fatalf("GET one: %d %s", r.status, r.body)
 	}
-	if diff := cmp.Diff(created, got); diff != "" {
+	if diff := cmp.Diff(*created.Redacted(), got); diff != "" {
 		t.Errorf("GET one (-want +got):\n%s", diff)
 	}
+	if got.Signing.Secrets[0].Secret != "" || got.Signing.Secrets[0].Hint == "" {
+		t.Errorf("GET shows the secret, or no hint: %+v", got.Signing.Secrets[0])
+	}
+	if r.header.Get("ETag") != `"`+created.ID+`.v1"` {
+		t.Errorf("GET ETag = %q", r.header.Get("ETag"))
+	}
 
-	r = e.do(t, http.MethodGet, "/v1/subscriptions", "", nil)
+	r = e.do(t, http.MethodGet, "/v1/subscriptions", "")
 	var list listResponse
 	if r.status != http.StatusOK || json.Unmarshal(r.body, &list) != nil {
 		t.Fatalf("GET list: %d %s", r.status, r.body)
 	}
-	if diff := cmp.Diff(e.list(t), list.Items); diff != "" {
+	all, _ := e.store.List(context.Background())
+	for i, sub := range all {
+		all[i] = sub.Redacted()
+	}
+	if diff := cmp.Diff(all, list.Items); diff != "" {
 		t.Errorf("GET list (-stored +got):\n%s", diff)
 	}
-	if len(list.Items) != 2 {
-		t.Errorf("GET list has %d items, want 2", len(list.Items))
+	if len(list.Items) != 2 || list.NextCursor != "" {
+		t.Errorf("GET list has %d items and cursor %q, want 2 and none", len(list.Items), list.NextCursor)
 	}
 
-	r = e.do(t, http.MethodDelete, "/v1/subscriptions/"+created.ID, "", nil)
+	r = e.do(t, http.MethodDelete, "/v1/subscriptions/"+created.ID, "")
 	if r.status != http.StatusNoContent || len(r.body) != 0 {
 		t.Errorf("DELETE = %d %q, want 204 and no body", r.status, r.body)
 	}
-	wantProblem(t, e.do(t, http.MethodGet, "/v1/subscriptions/"+created.ID, "", nil), http.StatusNotFound, slugNotFound)
-	wantProblem(t, e.do(t, http.MethodDelete, "/v1/subscriptions/"+created.ID, "", nil), http.StatusNotFound, slugNotFound)
+	wantProblem(t, e.do(t, http.MethodGet, "/v1/subscriptions/"+created.ID, ""), http.StatusNotFound, slugNotFound)
+	wantProblem(t, e.do(t, http.MethodDelete, "/v1/subscriptions/"+created.ID, ""), http.StatusNotFound, slugNotFound)
 }
 
 func TestEmptyListIsAnEmptyArray(t *testing.T) {
 	e := newEnv(t)
-	r := e.do(t, http.MethodGet, "/v1/subscriptions", "", nil)
+	r := e.do(t, http.MethodGet, "/v1/subscriptions", "")
 	if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"items":[]}` {
 		t.Errorf("GET empty list = %d %s, want 200 {\"items\":[]}", r.status, r.body)
 	}
 }
 
-func TestBadCreateRequestsGetProblemsAndChangeNothing(t *testing.T) {
+func TestReplaceSetsEveryFieldAndBumpsTheVersion(t *testing.T) {
 	e := newEnv(t)
-	// One stored subscription, so "unchanged" is more than "still empty".
-	seed := e.do(t, http.MethodPost, "/v1/subscriptions", "application/json", []byte(validBody))
-	if seed.status != http.StatusCreated {
-		t.Fatalf("seed POST = %d %s", seed.status, seed.body)
-	}
-	withField := func(extra string) string { return strings.TrimSuffix(validBody, "}") + "," + extra + "}" }
+	sub := e.create(t, validBody)
 
-	tests := []struct {
-		name        string
-		contentType string
-		body        string
-		status      int
-		slug        string
-		fields      []string
-	}{
-		{name: "empty body", body: "", status: 400, slug: slugInvalidJSON},
-		{name: "truncated JSON", body: `{"name":"x","topics":[`, status: 400, slug: slugInvalidJSON},
-		{name: "malformed JSON", body: `{"name" "x"}`, status: 400, slug: slugInvalidJSON},
-		{name: "not an object", body: `["orders"]`, status: 400, slug: slugInvalidJSON},
-		{name: "null body", body: `null`, status: 400, slug: slugInvalidJSON},
-		{name: "trailing data", body: validBody + ` {}`, status: 400, slug: slugInvalidJSON},
-		{name: "wrong type", body: withField(`"max_in_flight":"x"`), status: 400, slug: slugInvalidJSON, fields: []string{"max_in_flight"}},
-		{name: "wrong nested type", body: `{"endpoint":{"timeout_ms":"5s"}}`, status: 400, slug: slugInvalidJSON, fields: []string{"endpoint.timeout_ms"}},
-		{name: "wrong element type", body: `{"topics":["a",1]}`, status: 400, slug: slugInvalidJSON, fields: []string{"topics"}},
-		{name: "number out of range", body: `{"max_in_flight":1e40}`, status: 400, slug: slugInvalidJSON, fields: []string{"max_in_flight"}},
-		{name: "unknown field", body: withField(`"colour":"red"`), status: 400, slug: slugUnknownField, fields: []string{"colour"}},
-		{name: "unknown fields named by path", body: `{"extra":1,"endpoint":{"url":"https://h.example","secret":"s"}}`, status: 400, slug: slugUnknownField, fields: []string{"extra", "endpoint.secret"}},
-		{name: "read-only fields", body: withField(`"id":"sub_mine","created_at":"2020-01-01T00:00:00Z","version":7`), status: 400, slug: slugValidation, fields: []string{"id", "created_at", "version"}},
-		{name: "read-only even when null", body: withField(`"updated_at":null`), status: 400, slug: slugValidation, fields: []string{"updated_at"}},
-		{name: "unknown ordering", body: `{"name":"n","topics":["t"],"endpoint":{"url":"https://h.example"},"ordering":"random"}`, status: 400, slug: slugValidation, fields: []string{"ordering"}},
-		{name: "empty topics", body: `{"name":"n","topics":[],"endpoint":{"url":"https://h.example"}}`, status: 400, slug: slugValidation, fields: []string{"topics"}},
-		{name: "every validation problem at once", body: `{"topics":["ok","ok"],"endpoint":{"url":"ftp://x"},"start":"now"}`, status: 400, slug: slugValidation, fields: []string{"name", "topics[1]", "endpoint.url", "start"}},
-		{name: "forbidden URL", body: `{"name":"n","topics":["t"],"endpoint":{"url":"https://internal.blocked.test/hook"}}`, status: 400, slug: slugForbiddenEndpoint, fields: []string{"endpoint.url"}},
-		{name: "oversized body", body: `{"name":"` + strings.Repeat("x", DefaultMaxBodyBytes) + `"}`, status: 413, slug: slugBodyTooLarge},
-		{name: "wrong content type", contentType: "text/plain", body: validBody, status: 415, slug: slugUnsupportedMediaType},
-		{name: "JSON in a charset other than UTF-8", contentType: "application/json; charset=latin1", body: validBody, status: 415, slug: slugUnsupportedMediaType},
-		{name: "unparsable content type", contentType: "application/json;;", body: validBody, status: 415, slug: slugUnsupportedMediaType},
+	r := e.do(t, http.MethodPut, "/v1/subscriptions/"+sub.ID, `{"name":"renamed","topics":["orders","refunds"],"endpoint":{"url":"https://other.example/h"}}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("PUT = %d %s", r.status, r.body)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			before := e.list(t)
-			ct := tt.contentType
-			if ct == "" {
-				ct = "application/json"
-			}
-			r := e.do(t, http.MethodPost, "/v1/subscriptions", ct, []byte(tt.body))
-			p := wantProblem(t, r, tt.status, tt.slug)
-			if diff := cmp.Diff(tt.fields, fields(p)); diff != "" {
-				t.Errorf("errors[].field (-want +got):\n%s\nproblem: %s", diff, r.body)
-			}
-			for _, fe := range p.Errors {
-				if fe.Message == "" {
-					t.Errorf("field error %q has no message", fe.Field)
-				}
-			}
-			if diff := cmp.Diff(before, e.list(t)); diff != "" {
-				t.Errorf("store changed (-before +after):\n%s", diff)
-			}
-		})
+	var got subscription.Subscription
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := subscription.Subscription{
+		ID: sub.ID, Name: "renamed", Topics: []string{"orders", "refunds"},
+		Endpoint: subscription.Endpoint{URL: "https://other.example/h"},
+		// PUT is a whole body: what it leaves out takes its default.
+		Ordering: subscription.OrderKey, MaxInFlight: subscription.DefaultMaxInFlight, Start: subscription.StartEarliest,
+		CreatedAt: sub.CreatedAt, UpdatedAt: got.UpdatedAt, Version: 2,
+		// Signing, which the body leaves out, is kept, and not shown.
+		Signing: sub.Redacted().Signing,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PUT answer (-want +got):\n%s", diff)
+	}
+	if r.header.Get("ETag") != `"`+sub.ID+`.v2"` {
+		t.Errorf("ETag = %q, want version 2", r.header.Get("ETag"))
+	}
+	stored, _ := e.store.Get(context.Background(), sub.ID)
+	if diff := cmp.Diff(&got, stored.Redacted()); diff != "" {
+		t.Errorf("stored differs from answer (-answer +stored):\n%s", diff)
+	}
+
+	// The same body again is no change: the version stays.
+	r = e.do(t, http.MethodPut, "/v1/subscriptions/"+sub.ID, `{"name":"renamed","topics":["orders","refunds"],"endpoint":{"url":"https://other.example/h"}}`)
+	if r.status != http.StatusOK || r.header.Get("ETag") != `"`+sub.ID+`.v2"` {
+		t.Errorf("identical PUT = %d ETag %q, want 200 and version 2 kept", r.status, r.header.Get("ETag"))
+	}
+
+	wantProblem(t, e.do(t, http.MethodPut, "/v1/subscriptions/sub_unknown", validBody), http.StatusNotFound, slugNotFound)
+	p := wantProblem(t, e.do(t, http.MethodPut, "/v1/subscriptions/"+sub.ID, `{"name":"n","topics":["t"],"endpoint":{"url":"https://x.blocked.test/"}}`),
+		http.StatusBadRequest, slugForbiddenEndpoint)
+	if diff := cmp.Diff([]string{"endpoint.url"}, fields(p)); diff != "" {
+		t.Errorf("fields (-want +got):\n%s", diff)
 	}
 }
 
-func TestUnknownRoutesAndMethodsAreProblems(t *testing.T) {
+func TestPatchMergesAndNullResetsToDefault(t *testing.T) {
 	e := newEnv(t)
-	wantProblem(t, e.do(t, http.MethodGet, "/nope", "", nil), http.StatusNotFound, slugNotFound)
-	wantProblem(t, e.do(t, http.MethodGet, "/v1/subscriptions/a/b/c", "", nil), http.StatusNotFound, slugNotFound)
-
-	tests := []struct {
-		method, path, allow string
-	}{
-		{http.MethodPut, "/v1/subscriptions", "GET, POST"},
-		{http.MethodPatch, "/v1/subscriptions/sub_x", "GET, DELETE"},
-		{http.MethodPost, "/healthz", "GET"},
+	sub := e.create(t, validBody)
+	patch := func(body string) (response, subscription.Subscription) {
+		t.Helper()
+		r := e.send(t, req{method: http.MethodPatch, path: "/v1/subscriptions/" + sub.ID, token: e.writer,
+			header: map[string]string{"Content-Type": "application/merge-patch+json"}, body: body})
+		var got subscription.Subscription
+		if r.status == http.StatusOK {
+			if err := json.Unmarshal(r.body, &got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r, got
 	}
-	for _, tt := range tests {
-		r := e.do(t, tt.method, tt.path, "", nil)
-		wantProblem(t, r, http.StatusMethodNotAllowed, slugMethodNotAllowed)
-		if got := r.header.Get("Allow"); got != tt.allow {
-			t.Errorf("%s %s: Allow = %q, want %q", tt.method, tt.path, got, tt.allow)
+
+	r, got := patch(`{"endpoint":{"timeout_ms":9000},"max_in_flight":3,"ordering":null,"Name":"new name"}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("PATCH = %d %s", r.status, r.body)
+	}
+	want := *sub.Redacted()
+	want.Endpoint.TimeoutMS = 9000        // nested key merged, url kept
+	want.MaxInFlight = 3                  // replaced
+	want.Ordering = subscription.OrderKey // null: back to the default
+	want.Name = "new name"                // matched case-insensitively
+	want.UpdatedAt, want.Version = got.UpdatedAt, 2
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PATCH (-want +got):\n%s", diff)
+	}
+
+	r, got = patch(`{}`)
+	if r.status != http.StatusOK || got.Version != 2 {
+		t.Errorf("empty PATCH = %d version %d, want 200 and no new version", r.status, got.Version)
+	}
+
+	before := e.snapshot(t)
+	for _, tt := range []struct {
+		body, slug string
+		fields     []string
+	}{
+		{`{"topics":null}`, slugValidation, []string{"topics"}},
+		{`{"version":9,"max_in_flight":0.5}`, slugInvalidJSON, []string{"max_in_flight"}},
+		{`{"version":9}`, slugValidation, []string{"version"}},
+		{`{"endpoint":{"secret":"x"}}`, slugUnknownField, []string{"endpoint.secret"}},
+		{`{"endpoint":"https://x.example"}`, slugInvalidJSON, []string{"endpoint"}},
+		{`[]`, slugInvalidJSON, nil},
+		{`{"name":"a"} {}`, slugInvalidJSON, nil},
+		{`{"endpoint":{"url":"https://x.blocked.test/"}}`, slugForbiddenEndpoint, []string{"endpoint.url"}},
+	} {
+		r, _ := patch(tt.body)
+		p := wantProblem(t, r, http.StatusBadRequest, tt.slug)
+		if diff := cmp.Diff(tt.fields, fields(p)); diff != "" {
+			t.Errorf("PATCH %s: fields (-want +got):\n%s", tt.body, diff)
 		}
 	}
+	e.unchanged(t, before)
+
+	r = e.send(t, req{method: http.MethodPatch, path: "/v1/subscriptions/" + sub.ID, token: e.writer,
+		header: map[string]string{"Content-Type": "application/json-patch+json"}, body: `[]`})
+	wantProblem(t, r, http.StatusUnsupportedMediaType, slugUnsupportedMediaType)
+	if r.header.Get("Accept-Patch") != "application/merge-patch+json" {
+		t.Errorf("Accept-Patch = %q", r.header.Get("Accept-Patch"))
+	}
+	e.unchanged(t, before)
 }
 
-func TestStatusPassesThroughTheStatusSource(t *testing.T) {
+func TestPauseAndResumeFlipPausedOnce(t *testing.T) {
 	e := newEnv(t)
-	r := e.do(t, http.MethodPost, "/v1/subscriptions", "application/json", []byte(validBody))
-	var sub subscription.Subscription
-	if r.status != http.StatusCreated || json.Unmarshal(r.body, &sub) != nil {
-		t.Fatalf("POST = %d %s", r.status, r.body)
+	sub := e.create(t, validBody)
+	for _, step := range []struct {
+		path    string
+		paused  bool
+		version int64
+	}{
+		{"/pause", true, 2},
+		{"/pause", true, 2}, // already paused: no change, no new version
+		{"/resume", false, 3},
+		{"/resume", false, 3},
+	} {
+		r := e.do(t, http.MethodPost, "/v1/subscriptions/"+sub.ID+step.path, "")
+		var got subscription.Subscription
+		if r.status != http.StatusOK || json.Unmarshal(r.body, &got) != nil {
+			t.Fatalf("POST %s = %d %s", step.path, r.status, r.body)
+		}
+		if got.Paused != step.paused || got.Version != step.version {
+			t.Errorf("after %s: paused %v version %d, want %v and %d", step.path, got.Paused, got.Version, step.paused, step.version)
+		}
 	}
-	updated := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
-	e.status.status = &subscription.Status{
-		SubscriptionID: sub.ID,
-		Partitions: []subscription.PartitionStatus{{
-			Topic: "orders", Partition: 3, Committed: 10, LogEnd: 25, Lag: 15, Watermark: 10,
-			Pending: 4, InFlight: 2, AckedRanges: [][2]int64{{12, 13}, {20, 20}}, Owner: "node-a", Updated: &updated,
-		}},
-	}
-
-	r = e.do(t, http.MethodGet, "/v1/subscriptions/"+sub.ID+"/status", "", nil)
-	var got subscription.Status
-	if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/json" || json.Unmarshal(r.body, &got) != nil {
-		t.Fatalf("GET status = %d %q %s", r.status, r.header.Get("Content-Type"), r.body)
-	}
-	if diff := cmp.Diff(e.status.status, &got); diff != "" {
-		t.Errorf("status (-source +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{sub.ID}, e.status.askedIDs()); diff != "" {
-		t.Errorf("status source asked about (-want +got):\n%s", diff)
-	}
-
-	wantProblem(t, e.do(t, http.MethodGet, "/v1/subscriptions/sub_unknown/status", "", nil), http.StatusNotFound, slugNotFound)
-	if n := len(e.status.askedIDs()); n != 1 {
-		t.Errorf("status source asked %d times, want 1 (not for an unknown subscription)", n)
-	}
+	wantProblem(t, e.do(t, http.MethodPost, "/v1/subscriptions/sub_nope/pause", ""), http.StatusNotFound, slugNotFound)
 }
 
 func TestInternalErrorsAreLoggedButNotShown(t *testing.T) {
 	e := newEnv(t)
-	r := e.do(t, http.MethodPost, "/v1/subscriptions", "application/json", []byte(validBody))
-	var sub subscription.Subscription
-	if r.status != http.StatusCreated || json.Unmarshal(r.body, &sub) != nil {
-		t.Fatalf("POST = %d %s", r.status, r.body)
-	}
+	sub := e.create(t, validBody)
 
-	e.status.err = errors.New("tracking: load 10.1.2.3:6379 secret-detail")
-	r = e.do(t, http.MethodGet, "/v1/subscriptions/"+sub.ID+"/status", "", nil)
+	e.status.set(nil, errors.New("tracking: load 10.1.2.3:6379 secret-detail"))
+	r := e.do(t, http.MethodGet, "/v1/subscriptions/"+sub.ID+"/status", "")
 	wantProblem(t, r, http.StatusInternalServerError, slugInternal)
 	if bytes.Contains(r.body, []byte("secret-detail")) {
 		t.Errorf("500 body leaks the cause: %s", r.body)
@@ -378,75 +272,128 @@ func TestInternalErrorsAreLoggedButNotShown(t *testing.T) {
 	}
 
 	// A store that cannot reach Redis fails every route the same way.
-	_ = e.rdb.Close()
-	for _, path := range []string{"/v1/subscriptions", "/v1/subscriptions/" + sub.ID} {
-		r := e.do(t, http.MethodGet, path, "", nil)
+	b := newEnvWith(t, envOptions{brokenStore: true})
+	for _, path := range []string{"/v1/subscriptions", "/v1/subscriptions/" + sub.ID, "/v1/nodes"} {
+		r := b.do(t, http.MethodGet, path, "")
 		wantProblem(t, r, http.StatusInternalServerError, slugInternal)
-		if bytes.Contains(r.body, []byte("redis")) {
+		if bytes.Contains(r.body, []byte("127.0.0.1")) {
 			t.Errorf("GET %s: 500 body leaks the cause: %s", path, r.body)
 		}
 	}
 }
 
-func TestHealthz(t *testing.T) {
+func TestUnknownRoutesAndMethodsAreProblems(t *testing.T) {
 	e := newEnv(t)
-	r := e.do(t, http.MethodGet, "/healthz", "", nil)
-	if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/json" || strings.TrimSpace(string(r.body)) != `{"status":"ok"}` {
-		t.Errorf("GET /healthz = %d %q %s", r.status, r.header.Get("Content-Type"), r.body)
+	wantProblem(t, e.do(t, http.MethodGet, "/nope", ""), http.StatusNotFound, slugNotFound)
+	wantProblem(t, e.do(t, http.MethodGet, "/v1/subscriptions/a/b/c", ""), http.StatusNotFound, slugNotFound)
+
+	tests := []struct {
+		method, path, allow string
+	}{
+		{http.MethodPut, "/v1/subscriptions", "GET, POST"},
+		{http.MethodPost, "/v1/subscriptions/sub_x", "GET, PUT, PATCH, DELETE"},
+		{http.MethodGet, "/v1/subscriptions/sub_x/pause", "POST"},
+		{http.MethodPost, "/healthz", "GET"},
+	}
+	for _, tt := range tests {
+		r := e.do(t, tt.method, tt.path, "")
+		wantProblem(t, r, http.StatusMethodNotAllowed, slugMethodNotAllowed)
+		if got := r.header.Get("Allow"); got != tt.allow {
+			t.Errorf("%s %s: Allow = %q, want %q", tt.method, tt.path, got, tt.allow)
+		}
 	}
 }
 
-// FuzzCreateRequest defends the request decoder's contract: whatever the
-// bytes, the answer is 201 with the stored subscription, or a 4xx problem
-// that stored nothing; never a panic, a 5xx, or another shape.
-func FuzzCreateRequest(f *testing.F) {
-	for _, s := range []string{
-		validBody,
-		`{"name":"n","topics":["t"],"endpoint":{"url":"http://h.example"}}`,
-		`{"name":"n","topics":["t"],"endpoint":{"url":"http://x.blocked.test"}}`,
-		`{"NAME":"n","Topics":["t"],"endpoint":{"URL":"http://h.example"}}`,
-		`{"endpoint":{"x":{"y":[1,{"z":2}]}}}`,
-		`{"id":null}`, `{"max_in_flight":-1}`, `{"topics":[1]}`, `{"a":1} x`, `{`, `[]`, ``, `"\ud800"`,
-	} {
-		f.Add([]byte(s))
+func TestStatusPassesThroughTheStatusSourceAndAddsAges(t *testing.T) {
+	now := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
+	e := newEnvWith(t, envOptions{config: func(c *Config) { c.Now = func() time.Time { return now } }})
+	sub := e.create(t, validBody)
+	oldest := now.Add(-1500 * time.Millisecond)
+	source := &subscription.Status{
+		SubscriptionID: sub.ID,
+		Partitions: []subscription.PartitionStatus{{
+			Topic: "orders", Partition: 3, Committed: 10, LogEnd: 25, Lag: 15, Watermark: 10,
+			Pending: 4, InFlight: 2, InFlightKeys: 2, AckedRanges: [][2]int64{{12, 13}, {20, 20}}, Owner: "node-a",
+			OldestPending: &oldest, Updated: &now,
+		}},
 	}
-	rdb := testutil.StartRedis(f).Client()
-	store := subscription.NewStore(rdb, "")
-	h := NewRouter(store, refusingChecker{}, &fakeStatus{}, Config{MaxBodyBytes: 4096, Logger: slog.New(slog.DiscardHandler)})
-	f.Fuzz(func(t *testing.T, body []byte) {
-		before, err := rdb.HLen(context.Background(), "keyhook:subscriptions").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := httptest.NewRequest(http.MethodPost, "/v1/subscriptions", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+	e.status.set(source, nil)
 
-		after, err := rdb.HLen(context.Background(), "keyhook:subscriptions").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch code := rec.Code; {
-		case code == http.StatusCreated:
-			var sub subscription.Subscription
-			if err := json.Unmarshal(rec.Body.Bytes(), &sub); err != nil || sub.ID == "" {
-				t.Fatalf("201 body %s: %v", rec.Body, err)
-			}
-			if after != before+1 {
-				t.Fatalf("201 but store went from %d to %d", before, after)
-			}
-		case code >= 400 && code < 500:
-			var p problem
-			if rec.Header().Get("Content-Type") != "application/problem+json" ||
-				json.Unmarshal(rec.Body.Bytes(), &p) != nil || p.Status != code || !strings.HasPrefix(p.Type, problemTypeBase) {
-				t.Fatalf("%d answer is not a problem: %q %s", code, rec.Header().Get("Content-Type"), rec.Body)
-			}
-			if after != before {
-				t.Fatalf("%d but store went from %d to %d", code, before, after)
-			}
-		default:
-			t.Fatalf("status %d for body %q: %s", code, body, rec.Body)
-		}
+	r := e.send(t, req{method: http.MethodGet, path: "/v1/subscriptions/" + sub.ID + "/status", token: e.reader})
+	var got subscription.Status
+	if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/json" || json.Unmarshal(r.body, &got) != nil {
+		t.Fatalf("GET status = %d %q %s", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	want := *source
+	want.Partitions = []subscription.PartitionStatus{source.Partitions[0]}
+	age := int64(1500)
+	want.Partitions[0].OldestPendingAgeMS = &age
+	if diff := cmp.Diff(&want, &got); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{sub.ID}, e.status.askedIDs()); diff != "" {
+		t.Errorf("status source asked about (-want +got):\n%s", diff)
+	}
+
+	wantProblem(t, e.do(t, http.MethodGet, "/v1/subscriptions/sub_unknown/status", ""), http.StatusNotFound, slugNotFound)
+	if n := len(e.status.askedIDs()); n != 1 {
+		t.Errorf("status source asked %d times, want 1 (not for an unknown subscription)", n)
+	}
+}
+
+func TestHealthzAndReadyz(t *testing.T) {
+	e := newEnv(t)
+	r := e.send(t, req{method: http.MethodGet, path: "/healthz"})
+	if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"status":"ok"}` {
+		t.Errorf("GET /healthz = %d %s", r.status, r.body)
+	}
+	r = e.send(t, req{method: http.MethodGet, path: "/readyz"})
+	if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"status":"ready","checks":{"kafka":"ok","redis":"ok"}}` {
+		t.Errorf("GET /readyz = %d %s", r.status, r.body)
+	}
+
+	e.setReady("kafka", errors.New("dial 10.0.0.9:9092: connection refused"))
+	r = e.send(t, req{method: http.MethodGet, path: "/readyz"})
+	p := wantProblem(t, r, http.StatusServiceUnavailable, slugNotReady)
+	if diff := cmp.Diff([]string{"kafka"}, fields(p)); diff != "" {
+		t.Errorf("failing checks (-want +got):\n%s", diff)
+	}
+	if bytes.Contains(r.body, []byte("10.0.0.9")) {
+		t.Errorf("/readyz shows the cause to unauthenticated callers: %s", r.body)
+	}
+	// Health is about the process, not its backends.
+	if r := e.send(t, req{method: http.MethodGet, path: "/healthz"}); r.status != http.StatusOK {
+		t.Errorf("GET /healthz while not ready = %d, want 200", r.status)
+	}
+	e.setReady("kafka", nil)
+	_ = e.rdb.Close() // a client that no longer answers, as when Redis is down
+	p = wantProblem(t, e.send(t, req{method: http.MethodGet, path: "/readyz"}), http.StatusServiceUnavailable, slugNotReady)
+	if diff := cmp.Diff([]string{"redis"}, fields(p)); diff != "" {
+		t.Errorf("failing checks (-want +got):\n%s", diff)
+	}
+}
+
+func TestMetricsAreMountedWithOptionalAuth(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte("keyhook_up 1\n"))
 	})
+	open := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics = metrics }})
+	if r := open.send(t, req{method: http.MethodGet, path: "/metrics"}); r.status != http.StatusOK || string(r.body) != "keyhook_up 1\n" {
+		t.Errorf("GET /metrics without auth = %d %s", r.status, r.body)
+	}
+	closed := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics, c.MetricsAuth = metrics, true }})
+	wantProblem(t, closed.send(t, req{method: http.MethodGet, path: "/metrics"}), http.StatusUnauthorized, slugUnauthorized)
+	if r := closed.send(t, req{method: http.MethodGet, path: "/metrics", token: closed.reader}); r.status != http.StatusOK {
+		t.Errorf("GET /metrics with a token = %d %s", r.status, r.body)
+	}
+	none := newEnv(t)
+	wantProblem(t, none.send(t, req{method: http.MethodGet, path: "/metrics"}), http.StatusNotFound, slugNotFound)
+}
+
+func TestNewRouterNamesMissingDependencies(t *testing.T) {
+	_, err := NewRouter(Dependencies{Store: subscription.NewStore(nil, "")}, Config{})
+	if err == nil || !strings.Contains(err.Error(), "Dependencies.URLs") || !strings.Contains(err.Error(), "Dependencies.Auth") {
+		t.Errorf("NewRouter with missing dependencies: err = %v, want one naming each", err)
+	}
 }

@@ -9,64 +9,25 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/keyhook/keyhook/subscription"
 )
 
-// createRequest is the body of POST /v1/subscriptions: the fields a client
-// may set. The read-only fields are decoded only so that a client sending
-// them is told they are read-only, rather than that they are unknown.
-type createRequest struct {
-	Name            string                `json:"name"`
-	Topics          []string              `json:"topics"`
-	Endpoint        endpointRequest       `json:"endpoint"`
-	Ordering        subscription.Ordering `json:"ordering"`
-	MaxInFlight     int                   `json:"max_in_flight"`
-	Start           subscription.Start    `json:"start"`
-	DeadLetterTopic string                `json:"dead_letter_topic"`
+// readOnlyFields are the subscription fields the server sets. A request
+// body naming one is refused with a validation problem that says so,
+// rather than with "unknown field", which would mislead a client that
+// sent back what it read.
+var readOnlyFields = []string{"id", "created_at", "updated_at", "version"}
 
-	ID        json.RawMessage `json:"id"`
-	CreatedAt json.RawMessage `json:"created_at"`
-	UpdatedAt json.RawMessage `json:"updated_at"`
-	Version   json.RawMessage `json:"version"`
-}
-
-type endpointRequest struct {
-	URL       string `json:"url"`
-	TimeoutMS int    `json:"timeout_ms"`
-}
-
-// schema mirrors createRequest's JSON shape: a key maps to the schema of an
-// object value, or to nil for any other value. It lets an unknown-field
-// error name the key's full path, which encoding/json does not.
-type schema map[string]schema
-
-func createSchema() schema {
-	return schema{
-		"name": nil, "topics": nil, "ordering": nil, "max_in_flight": nil, "start": nil, "dead_letter_topic": nil,
-		"endpoint": {"url": nil, "timeout_ms": nil},
-		"id":       nil, "created_at": nil, "updated_at": nil, "version": nil,
-	}
-}
-
-// fieldKind says what JSON the field at path must hold, for type errors.
-func fieldKind(path string) string {
-	switch path {
-	case "topics":
-		return "an array of strings"
-	case "endpoint":
-		return "an object"
-	case "max_in_flight", "endpoint.timeout_ms":
-		return "an integer"
-	default:
-		return "a string"
-	}
-}
-
-// decodeCreate turns a create request body into a normalized, valid
-// subscription, or into the problem to answer with. It never returns both,
-// and it never panics, whatever the bytes.
-func decodeCreate(body []byte) (*subscription.Subscription, *problem) {
+// decodeStrict decodes body, which must be exactly one JSON object, into
+// dst (a pointer to a struct) the strict way: no unknown fields (each one
+// named by its full path), no wrong types (the field named), nothing after
+// the object. Top-level keys matching readOnly (case-insensitively, as
+// encoding/json matches names) are not decoded; they come back as field
+// errors for the caller to report with its own validation errors. It never
+// panics, whatever the bytes.
+func decodeStrict(body []byte, dst any, readOnly []string) ([]subscription.FieldError, *problem) {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, newProblem(400, slugInvalidJSON, "request body is empty")
@@ -74,74 +35,122 @@ func decodeCreate(body []byte) (*subscription.Subscription, *problem) {
 	if trimmed[0] != '{' {
 		return nil, newProblem(400, slugInvalidJSON, "request body must be a JSON object")
 	}
-
-	dec := json.NewDecoder(bytes.NewReader(body))
+	filtered, roErrs, p := dropKeys(body, readOnly)
+	if p != nil {
+		return nil, p
+	}
+	dec := json.NewDecoder(bytes.NewReader(filtered))
 	dec.DisallowUnknownFields()
-	var req createRequest
-	if err := dec.Decode(&req); err != nil {
-		return nil, decodeProblem(body, err)
+	if err := dec.Decode(dst); err != nil {
+		return nil, decodeProblem(filtered, reflect.TypeOf(dst).Elem(), err)
+	}
+	return roErrs, nil
+}
+
+// dropKeys checks that body is one well-formed JSON object with nothing
+// after it, and returns it without its top-level keys that match drop,
+// other keys and values kept as written, in order.
+func dropKeys(body []byte, drop []string) ([]byte, []subscription.FieldError, *problem) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var obj []struct {
+		key string
+		val json.RawMessage
+	}
+	if _, err := dec.Token(); err != nil { // the '{' seen by the caller
+		return nil, nil, syntaxProblem(err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, syntaxProblem(err)
+		}
+		key, _ := tok.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, nil, syntaxProblem(err)
+		}
+		obj = append(obj, struct {
+			key string
+			val json.RawMessage
+		}{key, val})
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, nil, syntaxProblem(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, newProblem(400, slugInvalidJSON, "request body has data after the JSON object")
+		return nil, nil, newProblem(400, slugInvalidJSON, "request body has data after the JSON object")
 	}
 
 	var errs []subscription.FieldError
-	for _, ro := range []struct {
-		field string
-		raw   json.RawMessage
-	}{{"id", req.ID}, {"created_at", req.CreatedAt}, {"updated_at", req.UpdatedAt}, {"version", req.Version}} {
-		if ro.raw != nil {
-			errs = append(errs, subscription.FieldError{Field: ro.field, Message: "is read-only: the server sets it"})
+	found := make(map[string]bool)
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for _, kv := range obj {
+		if name, ok := matchName(drop, kv.key); ok {
+			found[name] = true
+			continue
+		}
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		k, _ := json.Marshal(kv.key)
+		out.Write(k)
+		out.WriteByte(':')
+		out.Write(kv.val)
+	}
+	out.WriteByte('}')
+	for _, name := range drop { // in the fixed order of drop, not the body's
+		if found[name] {
+			errs = append(errs, subscription.FieldError{Field: name, Message: "is read-only: the server sets it"})
 		}
 	}
-	sub := &subscription.Subscription{
-		Name:            req.Name,
-		Topics:          req.Topics,
-		Endpoint:        subscription.Endpoint{URL: req.Endpoint.URL, TimeoutMS: req.Endpoint.TimeoutMS},
-		Ordering:        req.Ordering,
-		MaxInFlight:     req.MaxInFlight,
-		Start:           req.Start,
-		DeadLetterTopic: req.DeadLetterTopic,
-	}
-	sub.Normalize()
-	errs = append(errs, sub.Validate()...)
-	if len(errs) > 0 {
-		return nil, validationProblem(errs)
-	}
-	return sub, nil
+	return out.Bytes(), errs, nil
 }
 
-func validationProblem(errs []subscription.FieldError) *problem {
-	detail := "1 field is invalid"
-	if len(errs) > 1 {
-		detail = strconv.Itoa(len(errs)) + " fields are invalid"
+func matchName(names []string, key string) (string, bool) {
+	for _, n := range names {
+		if strings.EqualFold(n, key) {
+			return n, true
+		}
 	}
-	return newProblem(400, slugValidation, detail, errs...)
+	return "", false
 }
 
-// decodeProblem explains a json.Decoder error in the client's terms, naming
-// the field whenever the decoder knows it.
-func decodeProblem(body []byte, err error) *problem {
+func syntaxProblem(err error) *problem {
 	var syntaxErr *json.SyntaxError
-	var typeErr *json.UnmarshalTypeError
 	switch {
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return newProblem(400, slugInvalidJSON, "request body ends in the middle of a JSON value")
 	case errors.As(err, &syntaxErr):
 		return newProblem(400, slugInvalidJSON, fmt.Sprintf("malformed JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error()))
+	default:
+		return newProblem(400, slugInvalidJSON, "request body is not valid JSON")
+	}
+}
+
+// decodeProblem explains a json.Decoder error on body, decoded into a
+// value of type t, in the client's terms, naming the field whenever the
+// decoder knows it.
+func decodeProblem(body []byte, t reflect.Type, err error) *problem {
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &syntaxErr):
+		return syntaxProblem(err)
 	case errors.As(err, &typeErr):
 		if typeErr.Field == "" {
 			return newProblem(400, slugInvalidJSON, "request body must be a JSON object")
 		}
-		msg := "must be " + fieldKind(typeErr.Field)
-		if strings.HasPrefix(typeErr.Value, "number") && typeErr.Type != nil && typeErr.Type.Kind() == reflect.Int {
+		ft := typeAt(t, typeErr.Field)
+		msg := "must be " + kindOf(ft)
+		if strings.HasPrefix(typeErr.Value, "number") && isInteger(ft) {
 			msg = "must be a whole number within range"
 		}
 		return newProblem(400, slugInvalidJSON,
 			fmt.Sprintf("field %s has the wrong JSON type (%s)", typeErr.Field, typeErr.Value),
 			subscription.FieldError{Field: typeErr.Field, Message: msg})
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		paths := unknownFields(body, createSchema(), "")
+		paths := unknownFields(body, schemaOf(t), "")
 		if len(paths) == 0 { // the decoder knows one even if the walk did not
 			key, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
 			if uerr != nil {
@@ -159,49 +168,227 @@ func decodeProblem(body []byte, err error) *problem {
 	}
 }
 
+var (
+	timeType = reflect.TypeFor[time.Time]()
+	rawType  = reflect.TypeFor[json.RawMessage]()
+)
+
+// jsonFields maps the JSON names of struct type t's fields to their
+// types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := make(map[string]reflect.Type)
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+// typeAt follows a decoder field path such as "endpoint.timeout_ms" or
+// "offsets.partition" (array indexes are not in it) from t, or returns nil.
+func typeAt(t reflect.Type, path string) reflect.Type {
+	for _, part := range strings.Split(path, ".") {
+		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice && t != rawType) {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct || t == timeType {
+			return nil
+		}
+		var next reflect.Type
+		for name, ft := range jsonFields(t) {
+			if strings.EqualFold(name, part) {
+				next = ft
+				break
+			}
+		}
+		t = next
+	}
+	return t
+}
+
+// kindOf says in a client's words what JSON a value of type t must be.
+func kindOf(t reflect.Type) string {
+	if t == nil {
+		return "of another type"
+	}
+	switch {
+	case t == timeType:
+		return "an RFC 3339 time string"
+	case t == rawType:
+		return "a JSON value"
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return kindOf(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		switch e := t.Elem(); {
+		case e.Kind() == reflect.String:
+			return "an array of strings"
+		case isInteger(e):
+			return "an array of integers"
+		default:
+			return "an array of objects"
+		}
+	default:
+		return "an object"
+	}
+}
+
+func isInteger(t reflect.Type) bool {
+	if t == nil {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// schema mirrors a request type's JSON shape for naming unknown fields by
+// their full path, which encoding/json does not: fields maps the keys of
+// an object (nil for a value that is not one), elem describes the
+// elements of an array of objects, and open marks a value that takes any
+// keys (a map or raw JSON).
+type schema struct {
+	fields map[string]*schema
+	elem   *schema
+	open   bool
+}
+
+func schemaOf(t reflect.Type) *schema {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == timeType:
+		return nil
+	case t == rawType || t.Kind() == reflect.Map || t.Kind() == reflect.Interface:
+		return &schema{open: true}
+	case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+		if e := schemaOf(t.Elem()); e != nil {
+			return &schema{elem: e}
+		}
+		return nil
+	case t.Kind() == reflect.Struct:
+		s := &schema{fields: make(map[string]*schema)}
+		for name, ft := range jsonFields(t) {
+			s.fields[name] = schemaOf(ft)
+		}
+		return s
+	default:
+		return nil
+	}
+}
+
+// lookup finds key among s's fields as encoding/json does: exactly, else
+// case-insensitively.
+func (s *schema) lookup(key string) (string, *schema, bool) {
+	if child, ok := s.fields[key]; ok {
+		return key, child, true
+	}
+	for k, child := range s.fields {
+		if strings.EqualFold(k, key) {
+			return k, child, true
+		}
+	}
+	return "", nil, false
+}
+
 // unknownFields lists, in document order, the paths of keys in the JSON
-// object raw that s does not define, matching keys case-insensitively as
-// encoding/json does. It gives up quietly on anything that is not a
-// well-formed object: the decoder has already judged the syntax.
-func unknownFields(raw []byte, s schema, path string) []string {
+// value raw that s does not define. It gives up quietly on anything
+// malformed: the decoder has already judged the syntax.
+func unknownFields(raw []byte, s *schema, path string) []string {
+	if s == nil || s.open {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	tok, err := dec.Token()
+	if err != nil {
 		return nil
 	}
 	var out []string
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return out
+	switch {
+	case tok == json.Delim('[') && s.elem != nil:
+		for i := 0; dec.More(); i++ {
+			var val json.RawMessage
+			if err := dec.Decode(&val); err != nil {
+				return out
+			}
+			out = append(out, unknownFields(val, s.elem, path+"["+strconv.Itoa(i)+"]")...)
 		}
-		key, _ := tok.(string)
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return out
-		}
-		p := key
-		if path != "" {
-			p = path + "." + key
-		}
-		child, known := lookup(s, key)
-		switch {
-		case !known:
-			out = append(out, p)
-		case child != nil:
-			out = append(out, unknownFields(val, child, p)...)
+	case tok == json.Delim('{') && s.fields != nil:
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return out
+			}
+			key, _ := tok.(string)
+			var val json.RawMessage
+			if err := dec.Decode(&val); err != nil {
+				return out
+			}
+			p := key
+			if path != "" {
+				p = path + "." + key
+			}
+			if _, child, known := s.lookup(key); !known {
+				out = append(out, p)
+			} else {
+				out = append(out, unknownFields(val, child, p)...)
+			}
 		}
 	}
 	return out
 }
 
-func lookup(s schema, key string) (schema, bool) {
-	if child, ok := s[key]; ok {
-		return child, true
+// decodeSubscription decodes a create or replace body into a
+// subscription, not yet validated, and the errors of the read-only fields
+// it names; or into the problem to answer with.
+func decodeSubscription(body []byte) (*subscription.Subscription, []subscription.FieldError, *problem) {
+	var sub subscription.Subscription
+	roErrs, p := decodeStrict(body, &sub, readOnlyFields)
+	if p != nil {
+		return nil, nil, p
 	}
-	for k, child := range s {
-		if strings.EqualFold(k, key) {
-			return child, true
-		}
+	return &sub, roErrs, nil
+}
+
+// finish normalizes sub and returns the validation problem of its fields
+// and of roErrs, or nil when there is none.
+func finish(sub *subscription.Subscription, roErrs []subscription.FieldError) *problem {
+	sub.Normalize()
+	errs := append(append([]subscription.FieldError(nil), roErrs...), sub.Validate()...)
+	if len(errs) > 0 {
+		return validationProblem(errs)
 	}
-	return nil, false
+	return nil
+}
+
+func validationProblem(errs []subscription.FieldError) *problem {
+	detail := "1 field is invalid"
+	if len(errs) > 1 {
+		detail = strconv.Itoa(len(errs)) + " fields are invalid"
+	}
+	return newProblem(400, slugValidation, detail, errs...)
 }

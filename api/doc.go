@@ -1,12 +1,22 @@
 // Package api is keyhook's REST API: one chi router, built by NewRouter,
-// that registers, lists, shows and removes subscriptions and reports their
-// delivery status. It owns the HTTP side of the contract: request
-// decoding with strict limits, the order of checks that guarantees bad
-// input changes nothing, and RFC 9457 problem+json for every error.
+// that manages the whole life of a subscription (create, list, read,
+// replace, patch, delete, pause, resume, seek, test delivery, dead letters
+// and redrive), reports delivery status and the live nodes, and answers
+// health and readiness probes. openapi.yaml, at the repository root, is
+// its contract; spec_test.go fails when the router and the spec disagree.
 //
-// It must not know how subscriptions are stored, how endpoint addresses
-// are judged, or how status is gathered: it consumes those through the
-// small interfaces declared here (SubscriptionStore, URLChecker,
-// StatusSource), satisfied by subscription.Store, webhooks.AddressPolicy
-// and the dispatcher. It knows nothing of Kafka.
+// It owns the HTTP side of the contract: bearer-token authentication and
+// scopes, request decoding with strict limits (unknown fields, wrong
+// types and read-only fields refused, each named), the order of checks
+// that guarantees bad input changes nothing, ETags and If-Match,
+// Idempotency-Key on create, cursor pagination, and RFC 9457
+// problem+json for every error, with stable type URIs.
+//
+// It must not know how subscriptions or tokens are stored, how endpoint
+// addresses are judged, or how status, seeks and dead letters are carried
+// out: it consumes those through the small interfaces declared here
+// (SubscriptionStore, Authenticator, URLChecker, StatusSource, Seeker,
+// DeadLetterSource, NodeLister, Tester), satisfied by subscription.Store,
+// auth.Store, webhooks.AddressPolicy, the dispatcher and nodes.Registry.
+// It knows nothing of Kafka.
 package api

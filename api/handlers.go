@@ -1,6 +1,9 @@
 package api
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -8,85 +11,201 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
 	"github.com/keyhook/keyhook/subscription"
 )
 
+// Media types of request bodies.
+const (
+	mediaJSON       = "application/json"
+	mediaMergePatch = "application/merge-patch+json"
+)
+
+// MaxIdempotencyKeyLength is the longest Idempotency-Key accepted.
+const MaxIdempotencyKeyLength = 255
+
 type handlers struct {
-	store   SubscriptionStore
-	urls    URLChecker
-	status  StatusSource
-	maxBody int64
-	log     *slog.Logger
+	deps Dependencies
+	cfg  Config
+	log  *slog.Logger
 }
 
-// listResponse wraps collections in an object so that fields (paging, for
-// one) can be added later without breaking clients.
+// listResponse wraps collections in an object so that fields can be added
+// without breaking clients.
 type listResponse struct {
-	Items []*subscription.Subscription `json:"items"`
-}
-
-func (h *handlers) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	Items      []*subscription.Subscription `json:"items"`
+	NextCursor string                       `json:"next_cursor,omitempty"`
 }
 
 // create checks in an order that keeps bad input from changing anything:
-// media type, size, JSON shape, field rules, then the endpoint's address
-// (the only check that may touch the network), and stores only after all
-// of them passed.
+// media type, size, idempotency key, JSON shape, field rules, then the
+// endpoint's address (the only check that may touch the network), and
+// stores only after all of them passed.
 func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
-	if p := checkContentType(r.Header.Get("Content-Type")); p != nil {
-		w.Header().Set("Accept-Post", "application/json")
+	body, p := h.readBody(w, r, mediaJSON)
+	if p != nil {
+		if p.Status == http.StatusUnsupportedMediaType {
+			w.Header().Set("Accept-Post", mediaJSON)
+		}
 		writeProblem(w, p)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeProblem(w, newProblem(http.StatusRequestEntityTooLarge, slugBodyTooLarge,
-				fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)))
-			return
-		}
-		writeProblem(w, newProblem(http.StatusBadRequest, slugInvalidJSON, "request body could not be read"))
-		return
-	}
-	sub, p := decodeCreate(body)
+	key, hasKey, p := idempotencyKey(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	if err := h.urls.CheckURL(r.Context(), sub.Endpoint.URL); err != nil {
-		writeProblem(w, newProblem(http.StatusBadRequest, slugForbiddenEndpoint,
-			"the endpoint URL was refused",
-			subscription.FieldError{Field: "endpoint.url", Message: err.Error()}))
+	sub, roErrs, p := decodeSubscription(body)
+	if p != nil {
+		writeProblem(w, p)
 		return
 	}
-	if err := h.store.Create(r.Context(), sub); err != nil {
-		var verr *subscription.ValidationError
-		if errors.As(err, &verr) { // decodeCreate validated; kept for a stricter store
-			writeProblem(w, validationProblem(verr.Errors))
-			return
-		}
+	if _, err := resolveSecrets(nil, sub, h.cfg.Now(), false); err != nil {
 		h.internal(w, r, "create subscription", err)
 		return
 	}
+	if p := finish(sub, roErrs); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if p := h.checkURL(r, sub.Endpoint.URL); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var err error
+	replayed := false
+	if hasKey {
+		sum := sha256.Sum256(body)
+		replayed, err = h.deps.Store.CreateIdempotent(r.Context(), sub, key, hex.EncodeToString(sum[:]))
+	} else {
+		err = h.deps.Store.Create(r.Context(), sub)
+	}
+	if err != nil {
+		var verr *subscription.ValidationError
+		switch {
+		case errors.Is(err, subscription.ErrIdempotencyKeyReused):
+			writeProblem(w, newProblem(http.StatusUnprocessableEntity, slugIdempotencyKeyReused,
+				"this Idempotency-Key was used in the last 24 hours for a request with another body; use a new key"))
+		case errors.As(err, &verr): // finish validated; kept for a stricter store
+			writeProblem(w, validationProblem(verr.Errors))
+		default:
+			h.internal(w, r, "create subscription", err)
+		}
+		return
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	w.Header().Set("Location", "/v1/subscriptions/"+url.PathEscape(sub.ID))
-	writeJSON(w, http.StatusCreated, sub)
+	w.Header().Set("ETag", etag(sub))
+	// The creating answer (and its replays) is the one that shows the
+	// signing secrets.
+	writeJSON(w, http.StatusCreated, present(sub, allSecrets(sub)))
+}
+
+// idempotencyKey reads the optional Idempotency-Key header: 1 to 255
+// visible ASCII characters.
+func idempotencyKey(r *http.Request) (string, bool, *problem) {
+	values := r.Header.Values("Idempotency-Key")
+	if len(values) == 0 {
+		return "", false, nil
+	}
+	bad := func(msg string) (string, bool, *problem) {
+		return "", false, newProblem(http.StatusBadRequest, slugInvalidHeader, "Idempotency-Key "+msg,
+			subscription.FieldError{Field: "Idempotency-Key", Message: msg})
+	}
+	if len(values) > 1 {
+		return bad("must be given once")
+	}
+	k := values[0]
+	if k == "" || len(k) > MaxIdempotencyKeyLength {
+		return bad(fmt.Sprintf("must be 1 to %d characters", MaxIdempotencyKeyLength))
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < '!' || c > '~' {
+			return bad("must be visible ASCII characters only")
+		}
+	}
+	return k, true, nil
 }
 
 func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
-	subs, err := h.store.List(r.Context())
-	if err != nil {
+	q, p := query(r, "limit", "cursor", "topic")
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	limit, p := limitParam(q, subscription.DefaultPageLimit, subscription.MaxPageLimit)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	page, err := h.deps.Store.Page(r.Context(), subscription.PageRequest{Limit: limit, Cursor: q["cursor"], Topic: q["topic"]})
+	switch {
+	case errors.Is(err, subscription.ErrInvalidCursor):
+		writeProblem(w, invalidCursor())
+		return
+	case err != nil:
 		h.internal(w, r, "list subscriptions", err)
 		return
 	}
-	if subs == nil {
-		subs = []*subscription.Subscription{} // "items": [], never null
+	items := make([]*subscription.Subscription, len(page.Items)) // "items": [], never null
+	for i, sub := range page.Items {
+		items[i] = present(sub, nil)
 	}
-	writeJSON(w, http.StatusOK, listResponse{Items: subs})
+	writeJSON(w, http.StatusOK, listResponse{Items: items, NextCursor: page.NextCursor})
+}
+
+func invalidCursor() *problem {
+	return newProblem(http.StatusBadRequest, slugInvalidQuery, "cursor is not one this API returned",
+		subscription.FieldError{Field: "cursor", Message: "must be a next_cursor from a previous page, unchanged"})
+}
+
+// query returns the request's query parameters, refusing names outside
+// allowed (a typo such as ?limt= would otherwise be silently ignored) and
+// repeated names.
+func query(r *http.Request, allowed ...string) (map[string]string, *problem) {
+	values, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, newProblem(http.StatusBadRequest, slugInvalidQuery, "the query string is malformed")
+	}
+	out := make(map[string]string, len(values))
+	var errs []subscription.FieldError
+	for name, vs := range values {
+		switch {
+		case !slices.Contains(allowed, name):
+			errs = append(errs, subscription.FieldError{Field: name, Message: "is not a known query parameter; known: " + strings.Join(allowed, ", ")})
+		case len(vs) > 1:
+			errs = append(errs, subscription.FieldError{Field: name, Message: "must be given once"})
+		default:
+			out[name] = vs[0]
+		}
+	}
+	if len(errs) > 0 {
+		// Map order is random; the answer must not be.
+		slices.SortFunc(errs, func(a, b subscription.FieldError) int { return cmp.Compare(a.Field, b.Field) })
+		return nil, newProblem(http.StatusBadRequest, slugInvalidQuery, "the query has unknown or repeated parameters", errs...)
+	}
+	return out, nil
+}
+
+// limitParam reads ?limit=, def when absent.
+func limitParam(q map[string]string, def, max int) (int, *problem) {
+	raw, ok := q["limit"]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > max {
+		return 0, newProblem(http.StatusBadRequest, slugInvalidQuery, "limit is out of range",
+			subscription.FieldError{Field: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", max)})
+	}
+	return n, nil
 }
 
 func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
@@ -94,45 +213,194 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, sub)
+	w.Header().Set("ETag", etag(sub))
+	writeJSON(w, http.StatusOK, present(sub, nil))
+}
+
+// replace is PUT: the body is a whole subscription, as for create; fields
+// it leaves out take their defaults, except signing, which is kept.
+func (h *handlers) replace(w http.ResponseWriter, r *http.Request) {
+	body, p := h.readBody(w, r, mediaJSON)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	_, roErrs, p := decodeSubscription(body)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	id := chi.URLParam(r, "id")
+	expected, ok := h.precondition(w, r, id)
+	if !ok {
+		return
+	}
+	var shown map[string]bool
+	stored, err := h.deps.Store.Update(r.Context(), id, expected, func(cur *subscription.Subscription) error {
+		next, _, _ := decodeSubscription(body) // a fresh copy per attempt
+		var p *problem
+		shown, p = h.complete(r, cur, next, roErrs, true)
+		if p != nil {
+			return &problemError{p}
+		}
+		*cur = *next
+		return nil
+	})
+	h.answerChange(w, r, id, stored, shown, err)
+}
+
+// patch is PATCH with a JSON merge patch (RFC 7396). The patch is
+// applied to the version stored at the time of the write: without
+// If-Match, a concurrent change is not lost but patched over.
+func (h *handlers) patch(w http.ResponseWriter, r *http.Request) {
+	body, p := h.readBody(w, r, mediaMergePatch, mediaJSON)
+	if p != nil {
+		if p.Status == http.StatusUnsupportedMediaType {
+			w.Header().Set("Accept-Patch", mediaMergePatch)
+		}
+		writeProblem(w, p)
+		return
+	}
+	if _, _, p := checkPatch(body); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	id := chi.URLParam(r, "id")
+	expected, ok := h.precondition(w, r, id)
+	if !ok {
+		return
+	}
+	var shown map[string]bool
+	stored, err := h.deps.Store.Update(r.Context(), id, expected, func(cur *subscription.Subscription) error {
+		next, roErrs, p := mergePatch(cur, body)
+		if p != nil {
+			return &problemError{p}
+		}
+		shown, p = h.complete(r, cur, next, roErrs, false)
+		if p != nil {
+			return &problemError{p}
+		}
+		*cur = *next
+		return nil
+	})
+	h.answerChange(w, r, id, stored, shown, err)
+}
+
+// complete readies next, a client's new version of cur, for storing:
+// secrets resolved against cur, fields normalized and validated, and the
+// endpoint URL checked when it changed. It returns the ids of the signing
+// secrets it made, or the problem to answer with.
+func (h *handlers) complete(r *http.Request, cur, next *subscription.Subscription, roErrs []subscription.FieldError, keepSigning bool) (map[string]bool, *problem) {
+	shown, err := resolveSecrets(cur, next, h.cfg.Now(), keepSigning)
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "api: signing secret", "error", err)
+		return nil, newProblem(http.StatusInternalServerError, slugInternal, "the request could not be completed; it has been logged")
+	}
+	if p := finish(next, roErrs); p != nil {
+		return nil, p
+	}
+	if cur.Endpoint.URL != next.Endpoint.URL {
+		if p := h.checkURL(r, next.Endpoint.URL); p != nil {
+			return nil, p
+		}
+	}
+	return shown, nil
 }
 
 func (h *handlers) delete(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	if err := h.store.Delete(r.Context(), id); err != nil {
-		if errors.Is(err, subscription.ErrNotFound) {
-			writeProblem(w, notFound(id))
-			return
-		}
-		h.internal(w, r, "delete subscription", err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *handlers) getStatus(w http.ResponseWriter, r *http.Request) {
-	sub, ok := h.lookup(w, r)
+	expected, ok := h.precondition(w, r, id)
 	if !ok {
 		return
 	}
-	st, err := h.status.Status(r.Context(), sub)
+	err := h.deps.Store.DeleteVersion(r.Context(), id, expected)
 	switch {
-	case errors.Is(err, subscription.ErrNotFound): // deleted meanwhile
-		writeProblem(w, notFound(sub.ID))
+	case errors.Is(err, subscription.ErrNotFound):
+		writeProblem(w, notFound(id))
+	case errors.Is(err, subscription.ErrVersionMismatch):
+		writeProblem(w, newProblem(http.StatusPreconditionFailed, slugPreconditionFailed,
+			"the subscription changed after it was read; fetch it again and retry"))
 	case err != nil:
-		h.internal(w, r, "subscription status", err)
-	case st == nil:
-		h.internal(w, r, "subscription status", errors.New("status source returned no status and no error"))
+		h.internal(w, r, "delete subscription", err)
 	default:
-		writeJSON(w, http.StatusOK, st)
+		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+func (h *handlers) pause(w http.ResponseWriter, r *http.Request)  { h.setPaused(w, r, true) }
+func (h *handlers) resume(w http.ResponseWriter, r *http.Request) { h.setPaused(w, r, false) }
+
+// setPaused is PATCH {"paused": v}. Pausing a paused subscription changes
+// nothing, its version included.
+func (h *handlers) setPaused(w http.ResponseWriter, r *http.Request, paused bool) {
+	id := chi.URLParam(r, "id")
+	expected, ok := h.precondition(w, r, id)
+	if !ok {
+		return
+	}
+	stored, err := h.deps.Store.Update(r.Context(), id, expected, func(cur *subscription.Subscription) error {
+		cur.Paused = paused
+		return nil
+	})
+	h.answerChange(w, r, id, stored, nil, err)
+}
+
+// answerChange answers a Store.Update made by a handler, showing the
+// values of the signing secrets in shown.
+func (h *handlers) answerChange(w http.ResponseWriter, r *http.Request, id string, stored *subscription.Subscription, shown map[string]bool, err error) {
+	var pe *problemError
+	var verr *subscription.ValidationError
+	switch {
+	case errors.As(err, &pe):
+		writeProblem(w, pe.p)
+	case errors.Is(err, subscription.ErrNotFound):
+		writeProblem(w, notFound(id))
+	case errors.Is(err, subscription.ErrVersionMismatch):
+		writeProblem(w, newProblem(http.StatusPreconditionFailed, slugPreconditionFailed,
+			"the subscription changed after it was read; fetch it again and retry"))
+	case errors.As(err, &verr):
+		writeProblem(w, validationProblem(verr.Errors))
+	case err != nil:
+		h.internal(w, r, "update subscription", err)
+	default:
+		w.Header().Set("ETag", etag(stored))
+		writeJSON(w, http.StatusOK, present(stored, shown))
+	}
+}
+
+// precondition resolves If-Match for the subscription id into the
+// version a change must apply to. When the change must not go ahead it
+// answers the request itself (404, 412 or 500) and reports false.
+func (h *handlers) precondition(w http.ResponseWriter, r *http.Request, id string) (int64, bool) {
+	m := parseIfMatch(r)
+	if !m.present || m.any {
+		return subscription.AnyVersion, true
+	}
+	cur, ok := h.lookup(w, r)
+	if !ok {
+		return 0, false
+	}
+	v, ok := m.expectedVersion(cur)
+	if !ok {
+		writeProblem(w, preconditionFailed(cur))
+		return 0, false
+	}
+	return v, true
+}
+
+func (h *handlers) checkURL(r *http.Request, raw string) *problem {
+	if err := h.deps.URLs.CheckURL(r.Context(), raw); err != nil {
+		return newProblem(http.StatusBadRequest, slugForbiddenEndpoint, "the endpoint URL was refused",
+			subscription.FieldError{Field: "endpoint.url", Message: err.Error()})
+	}
+	return nil
 }
 
 // lookup loads the subscription named by the {id} URL parameter, or
 // answers the request itself and reports false.
 func (h *handlers) lookup(w http.ResponseWriter, r *http.Request) (*subscription.Subscription, bool) {
 	id := chi.URLParam(r, "id")
-	sub, err := h.store.Get(r.Context(), id)
+	sub, err := h.deps.Store.Get(r.Context(), id)
 	if errors.Is(err, subscription.ErrNotFound) {
 		writeProblem(w, notFound(id))
 		return nil, false
@@ -146,6 +414,41 @@ func (h *handlers) lookup(w http.ResponseWriter, r *http.Request) (*subscription
 
 func notFound(id string) *problem {
 	return newProblem(http.StatusNotFound, slugNotFound, fmt.Sprintf("subscription %q does not exist", id))
+}
+
+// readBody checks the request's media type against accept (a missing
+// Content-Type is taken as the first) and reads the body within the size
+// limit.
+func (h *handlers) readBody(w http.ResponseWriter, r *http.Request, accept ...string) ([]byte, *problem) {
+	if p := checkContentType(r.Header.Get("Content-Type"), accept); p != nil {
+		return nil, p
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, newProblem(http.StatusRequestEntityTooLarge, slugBodyTooLarge,
+				fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit))
+		}
+		return nil, newProblem(http.StatusBadRequest, slugInvalidJSON, "request body could not be read")
+	}
+	return body, nil
+}
+
+// checkContentType accepts a missing Content-Type and the accepted media
+// types (with no charset, or UTF-8, the only one JSON allows).
+func checkContentType(ct string, accept []string) *problem {
+	if ct == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil && slices.Contains(accept, mt) {
+		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
+			return nil
+		}
+	}
+	return newProblem(http.StatusUnsupportedMediaType, slugUnsupportedMediaType,
+		"request body must be "+strings.Join(accept, " or ")+", not "+ct)
 }
 
 // internal logs err with the request it failed and answers 500 with a
@@ -172,20 +475,4 @@ func (h *handlers) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
-}
-
-// checkContentType accepts a missing Content-Type and application/json
-// (with no charset, or UTF-8, the only one JSON allows).
-func checkContentType(ct string) *problem {
-	if ct == "" {
-		return nil
-	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err == nil && mt == "application/json" {
-		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
-			return nil
-		}
-	}
-	return newProblem(http.StatusUnsupportedMediaType, slugUnsupportedMediaType,
-		"request body must be application/json, not "+ct)
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // problemTypeBase prefixes every problem type; the slug after it names the
-// kind of error and is what clients switch on.
+// kind of error and is what clients switch on. The URIs are identifiers,
+// stable across versions; openapi.yaml lists every one.
 const problemTypeBase = "https://keyhook.dev/problems/"
 
 // Problem slugs, the last segment of a problem's type.
@@ -19,8 +20,15 @@ const (
 	slugForbiddenEndpoint    = "forbidden-endpoint"
 	slugBodyTooLarge         = "body-too-large"
 	slugUnsupportedMediaType = "unsupported-media-type"
+	slugInvalidQuery         = "invalid-query"
+	slugInvalidHeader        = "invalid-header"
 	slugNotFound             = "not-found"
 	slugMethodNotAllowed     = "method-not-allowed"
+	slugPreconditionFailed   = "precondition-failed"
+	slugIdempotencyKeyReused = "idempotency-key-reused"
+	slugUnauthorized         = "unauthorized"
+	slugInsufficientScope    = "insufficient-scope"
+	slugNotReady             = "not-ready"
 	slugInternal             = "internal"
 )
 
@@ -40,10 +48,24 @@ func title(slug string) string {
 		return "Request body is too large"
 	case slugUnsupportedMediaType:
 		return "Unsupported media type"
+	case slugInvalidQuery:
+		return "Query parameters are invalid"
+	case slugInvalidHeader:
+		return "Request header is invalid"
 	case slugNotFound:
 		return "Not found"
 	case slugMethodNotAllowed:
 		return "Method not allowed"
+	case slugPreconditionFailed:
+		return "Precondition failed"
+	case slugIdempotencyKeyReused:
+		return "Idempotency key was used for another request"
+	case slugUnauthorized:
+		return "Authentication required"
+	case slugInsufficientScope:
+		return "Insufficient scope"
+	case slugNotReady:
+		return "Service not ready"
 	default:
 		return "Internal server error"
 	}
@@ -68,6 +90,12 @@ func newProblem(status int, slug, detail string, errs ...subscription.FieldError
 	}
 }
 
+// problemError carries a problem through code that returns errors, such
+// as the function handed to Store.Update; the handler answers with it.
+type problemError struct{ p *problem }
+
+func (e *problemError) Error() string { return "api: " + e.p.Title + ": " + e.p.Detail }
+
 // writeProblem sends p as application/problem+json.
 func writeProblem(w http.ResponseWriter, p *problem) {
 	writeBody(w, p.Status, "application/problem+json", p)
@@ -89,6 +117,7 @@ func writeBody(w http.ResponseWriter, status int, contentType string, v any) {
 	h := w.Header()
 	h.Set("Content-Type", contentType)
 	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }

@@ -2,17 +2,26 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Config.MaxBodyBytes
 // is 0: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultReadinessTimeout bounds each readiness check when
+// Config.ReadinessTimeout is 0: 2 s.
+const DefaultReadinessTimeout = 2 * time.Second
 
 // URLChecker decides whether an endpoint URL may be registered, typically
 // by resolving its host and refusing loopback, private, link-local and
@@ -30,13 +39,91 @@ type StatusSource interface {
 }
 
 // SubscriptionStore is where subscriptions live. subscription.Store
-// implements it. Get and Delete must return an error wrapping
-// subscription.ErrNotFound for an unknown id.
+// implements it; the errors it returns are the ones that type documents
+// (ErrNotFound, ErrVersionMismatch, ErrIdempotencyKeyReused,
+// ErrInvalidCursor, *ValidationError), wrapped.
 type SubscriptionStore interface {
 	Create(ctx context.Context, sub *subscription.Subscription) error
+	CreateIdempotent(ctx context.Context, sub *subscription.Subscription, key, fingerprint string) (replayed bool, err error)
 	Get(ctx context.Context, id string) (*subscription.Subscription, error)
-	List(ctx context.Context) ([]*subscription.Subscription, error)
-	Delete(ctx context.Context, id string) error
+	Page(ctx context.Context, req subscription.PageRequest) (*subscription.Page, error)
+	Update(ctx context.Context, id string, expectedVersion int64, fn func(*subscription.Subscription) error) (*subscription.Subscription, error)
+	DeleteVersion(ctx context.Context, id string, expectedVersion int64) error
+}
+
+// Seeker moves a subscription's consumer group to a new position. The
+// dispatcher's admin implements it: it stops the group's consumers,
+// rewrites the commits and lets them resume. A request that Kafka refuses
+// (an unknown partition) should be a *subscription.ValidationError; an
+// unknown subscription, an error wrapping subscription.ErrNotFound.
+type Seeker interface {
+	Seek(ctx context.Context, sub *subscription.Subscription, req subscription.SeekRequest) (*subscription.SeekResult, error)
+}
+
+// DeadLetterSource lists and redrives a subscription's dead letters. The
+// dispatcher's admin implements it. DeadLetters returns the page after
+// cursor ("" for the first), at most limit items; a cursor it did not
+// make gives an error wrapping subscription.ErrInvalidCursor. Redrive
+// delivers again the dead letters with the given ids (every one when ids
+// is nil) and reports how many it queued; unknown ids are not counted.
+type DeadLetterSource interface {
+	DeadLetters(ctx context.Context, sub *subscription.Subscription, limit int, cursor string) (*subscription.DeadLetterPage, error)
+	Redrive(ctx context.Context, sub *subscription.Subscription, ids []string) (int, error)
+}
+
+// Tester sends one synthetic delivery to a subscription's endpoint and
+// reports what happened. WebhookTester implements it. An endpoint that
+// fails is a result, not an error; an error means the test could not be
+// run at all.
+type Tester interface {
+	Test(ctx context.Context, sub *subscription.Subscription, req TestRequest) (*TestResult, error)
+}
+
+// NodeLister lists the live nodes. nodes.Registry implements it.
+type NodeLister interface {
+	List(ctx context.Context) ([]nodes.Info, error)
+}
+
+// Authenticator recognises bearer tokens. auth.Store implements it: an
+// unknown token gives an error wrapping auth.ErrInvalidToken; any other
+// error means it could not tell.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (auth.Token, error)
+}
+
+// ReadinessCheck reports whether one backend answers; nil means ready.
+type ReadinessCheck func(ctx context.Context) error
+
+// Dependencies are what the API is built on. Every field is required.
+type Dependencies struct {
+	Store       SubscriptionStore
+	URLs        URLChecker
+	Status      StatusSource
+	Seeker      Seeker
+	DeadLetters DeadLetterSource
+	Tester      Tester
+	Nodes       NodeLister
+	Auth        Authenticator
+}
+
+func (d Dependencies) validate() error {
+	var missing []string
+	for _, f := range []struct {
+		name string
+		nil  bool
+	}{
+		{"Store", d.Store == nil}, {"URLs", d.URLs == nil}, {"Status", d.Status == nil},
+		{"Seeker", d.Seeker == nil}, {"DeadLetters", d.DeadLetters == nil}, {"Tester", d.Tester == nil},
+		{"Nodes", d.Nodes == nil}, {"Auth", d.Auth == nil},
+	} {
+		if f.nil {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return errors.New("api: Dependencies." + strings.Join(missing, ", Dependencies.") + " required")
+	}
+	return nil
 }
 
 // Config holds the router's tunables. The zero value is ready to use.
@@ -45,25 +132,53 @@ type Config struct {
 	// 413 before it is decoded. Default (0 or less): DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Logger receives internal errors (the 500s, whose details clients
-	// never see) and recovered panics. Default (nil): slog.Default().
+	// never see), failed readiness checks and recovered panics. Tokens
+	// are never logged. Default (nil): slog.Default().
 	Logger *slog.Logger
+	// ReadinessChecks are run, concurrently, by GET /readyz, which
+	// answers 200 when all pass and 503 naming the failing ones
+	// otherwise. Names are shown to unauthenticated callers; errors are
+	// only logged. Default: none (always ready).
+	ReadinessChecks map[string]ReadinessCheck
+	// ReadinessTimeout bounds each readiness check. Default (0):
+	// DefaultReadinessTimeout.
+	ReadinessTimeout time.Duration
+	// Metrics, when not nil, is served at GET /metrics.
+	Metrics http.Handler
+	// MetricsAuth requires a bearer token (any scope) on /metrics. Off by
+	// default: metrics are usually scraped inside the cluster, by a
+	// scraper that holds no token, and /metrics shows counts, never
+	// subscription contents.
+	MetricsAuth bool
+	// Now is the clock, for ages in status answers. Default time.Now.
+	Now func() time.Time
 }
 
-// NewRouter returns the HTTP handler of the whole API:
+// NewRouter returns the HTTP handler of the whole API, as openapi.yaml
+// describes it:
 //
-//	POST   /v1/subscriptions              register; 201, Location, the stored subscription
-//	GET    /v1/subscriptions              {"items": [...]}, oldest first
-//	GET    /v1/subscriptions/{id}         one subscription
-//	DELETE /v1/subscriptions/{id}         204
-//	GET    /v1/subscriptions/{id}/status  its delivery status, from status
-//	GET    /healthz                       200 {"status":"ok"}
+//	POST   /v1/subscriptions                               create (Idempotency-Key honoured)
+//	GET    /v1/subscriptions                               list, paged (?limit=&cursor=&topic=)
+//	GET    /v1/subscriptions/{id}                          one subscription, with its ETag
+//	PUT    /v1/subscriptions/{id}                          replace (If-Match checked)
+//	PATCH  /v1/subscriptions/{id}                          merge patch (If-Match checked)
+//	DELETE /v1/subscriptions/{id}                          delete (If-Match checked)
+//	POST   /v1/subscriptions/{id}/pause, /resume           stop or restart deliveries
+//	POST   /v1/subscriptions/{id}/seek                     move the consumer group
+//	GET    /v1/subscriptions/{id}/status                   delivery status per partition
+//	POST   /v1/subscriptions/{id}/test                     one synthetic delivery
+//	GET    /v1/subscriptions/{id}/dead-letters             dead letters, paged
+//	POST   /v1/subscriptions/{id}/dead-letters/redrive     deliver dead letters again
+//	GET    /v1/nodes                                       live nodes
+//	GET    /healthz, /readyz, /metrics                     liveness, readiness, metrics
 //
-// Every error, unknown routes and methods included, is an RFC 9457
-// application/problem+json body. store, urls and status are required; a
-// nil one panics here rather than on the first request.
-func NewRouter(store SubscriptionStore, urls URLChecker, status StatusSource, cfg Config) http.Handler {
-	if store == nil || urls == nil || status == nil {
-		panic("api: NewRouter: store, urls and status are required")
+// Every /v1 route needs a bearer token with the route's scope. Every
+// error, unknown routes and methods included, is an RFC 9457
+// application/problem+json body. A missing dependency is an error naming
+// it.
+func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
+	if err := deps.validate(); err != nil {
+		return nil, err
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -71,7 +186,13 @@ func NewRouter(store SubscriptionStore, urls URLChecker, status StatusSource, cf
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &handlers{store: store, urls: urls, status: status, maxBody: cfg.MaxBodyBytes, log: cfg.Logger}
+	if cfg.ReadinessTimeout <= 0 {
+		cfg.ReadinessTimeout = DefaultReadinessTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &handlers{deps: deps, cfg: cfg, log: cfg.Logger}
 
 	r := chi.NewRouter()
 	r.Use(h.recoverer)
@@ -85,15 +206,35 @@ func NewRouter(store SubscriptionStore, urls URLChecker, status StatusSource, cf
 			req.Method+" is not allowed here; allowed: "+strings.Join(allowed, ", ")))
 	})
 
+	read := r.With(h.require(auth.ScopeRead))
+	write := r.With(h.require(auth.ScopeWrite))
+
 	// Flat routes, no sub-routers: chi's Match, which the 405 handler
 	// relies on, only answers exactly for routes on one mux.
 	r.Get("/healthz", h.healthz)
-	r.Post("/v1/subscriptions", h.create)
-	r.Get("/v1/subscriptions", h.list)
-	r.Get("/v1/subscriptions/{id}", h.get)
-	r.Delete("/v1/subscriptions/{id}", h.delete)
-	r.Get("/v1/subscriptions/{id}/status", h.getStatus)
-	return r
+	r.Get("/readyz", h.readyz)
+	if cfg.Metrics != nil {
+		if cfg.MetricsAuth {
+			r.With(h.require("")).Method(http.MethodGet, "/metrics", cfg.Metrics)
+		} else {
+			r.Method(http.MethodGet, "/metrics", cfg.Metrics)
+		}
+	}
+	write.Post("/v1/subscriptions", h.create)
+	read.Get("/v1/subscriptions", h.list)
+	read.Get("/v1/subscriptions/{id}", h.get)
+	write.Put("/v1/subscriptions/{id}", h.replace)
+	write.Patch("/v1/subscriptions/{id}", h.patch)
+	write.Delete("/v1/subscriptions/{id}", h.delete)
+	write.Post("/v1/subscriptions/{id}/pause", h.pause)
+	write.Post("/v1/subscriptions/{id}/resume", h.resume)
+	write.Post("/v1/subscriptions/{id}/seek", h.seek)
+	read.Get("/v1/subscriptions/{id}/status", h.getStatus)
+	write.Post("/v1/subscriptions/{id}/test", h.test)
+	read.Get("/v1/subscriptions/{id}/dead-letters", h.deadLetters)
+	write.Post("/v1/subscriptions/{id}/dead-letters/redrive", h.redrive)
+	read.Get("/v1/nodes", h.nodes)
+	return r, nil
 }
 
 // allowedMethods lists the methods routed for req's path, for the Allow

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -136,7 +137,18 @@ func (g *group) deliver(rec *record) bool {
 // request can carry in CloudEvents binary mode) is an error: final, the
 // record is dead-lettered.
 func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, error) {
-	r := rec.r
+	req, err := newRequest(g.sub, rec.r, deliveryID)
+	if err != nil {
+		return nil, err
+	}
+	req.Signer = g.signer()
+	req.Auth = g.auth
+	req.Timeout = g.timeout
+	return req, nil
+}
+
+// newRequest puts record r in sub's format, unsigned and without auth.
+func newRequest(sub *subscription.Subscription, r *kgo.Record, deliveryID string) (*webhooks.Request, error) {
 	hs := make([]webhooks.Header, len(r.Headers))
 	for i, h := range r.Headers {
 		hs[i] = webhooks.Header{Name: h.Key, Value: h.Value}
@@ -148,19 +160,12 @@ func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, erro
 		Source:  "kafka://" + r.Topic,
 		Subject: partition + "/" + offset,
 		Attributes: []webhooks.Attr{
-			{Name: "subscription", Value: g.sub.ID}, {Name: "topic", Value: r.Topic},
+			{Name: "subscription", Value: sub.ID}, {Name: "topic", Value: r.Topic},
 			{Name: "partition", Value: partition}, {Name: "offset", Value: offset},
 		},
-		ContentType: g.sub.ContentType,
+		ContentType: sub.ContentType,
 	}
-	req, err := webhooks.NewRequest(g.sub.Endpoint.URL, webhooks.Format(g.sub.Format), m, g.sub.CloudEventsType)
-	if err != nil {
-		return nil, err
-	}
-	req.Signer = g.signer()
-	req.Auth = g.auth
-	req.Timeout = g.timeout
-	return req, nil
+	return webhooks.NewRequest(sub.Endpoint.URL, webhooks.Format(sub.Format), m, sub.CloudEventsType)
 }
 
 // signer returns the subscription's signer, rebuilt when a rotated-out
@@ -208,7 +213,8 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 		kgo.RecordHeader{Key: DLQHeaderFirstAttempt, Value: []byte(res.First.UTC().Format(time.RFC3339Nano))},
 		kgo.RecordHeader{Key: DLQHeaderLastAttempt, Value: []byte(res.LastAt.UTC().Format(time.RFC3339Nano))},
 	)
-	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
+	// The original timestamp travels along: a redrive delivers it as it was.
+	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
 	wait := 100 * time.Millisecond
 	for {
 		err := g.client().ProduceSync(ctx, out).FirstErr()

@@ -70,11 +70,13 @@ type group struct {
 
 // counters are the group's running totals for stats.
 type counters struct {
-	delivered    atomic.Int64
-	deadLettered atomic.Int64
-	inFlight     atomic.Int64
-	retrying     atomic.Int64
-	commitErrors atomic.Int64
+	// topicPartitions counts the partitions of the subscription's topics.
+	topicPartitions atomic.Int64
+	delivered       atomic.Int64
+	deadLettered    atomic.Int64
+	inFlight        atomic.Int64
+	retrying        atomic.Int64
+	commitErrors    atomic.Int64
 }
 
 func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
@@ -340,14 +342,38 @@ func (g *group) releaseAll(ws []*worker, graceful bool) {
 func (g *group) commitLoop(ctx context.Context) {
 	t := time.NewTicker(g.n.cfg.CommitInterval)
 	defer t.Stop()
+	g.countTopicPartitions(ctx)
+	var lastCount time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case now := <-t.C:
 			g.commit(g.snapshotWorkers())
+			if now.Sub(lastCount) >= 30*time.Second {
+				lastCount = now
+				g.countTopicPartitions(ctx)
+			}
 		}
 	}
+}
+
+// countTopicPartitions reads how many partitions the subscription's topics
+// have, for the partitions.total gauge.
+func (g *group) countTopicPartitions(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(g.client()).Metadata(ctx, g.sub.Topics...)
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, t := range md.Topics {
+		if t.Err == nil {
+			n += len(t.Partitions)
+		}
+	}
+	g.topicPartitions.Store(int64(n))
 }
 
 // commit moves each worker's Kafka commit forward to its watermark. Kafka

@@ -105,6 +105,24 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			return nil
 		}))
 	must(e)
+	_, e = m.Int64ObservableGauge("keyhook.partitions.owned", metric.WithDescription("Partitions this node owns, per subscription."), metric.WithUnit("{partition}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, g := range n.groups() {
+				o.Observe(int64(len(g.snapshotWorkers())), metric.WithAttributeSet(g.attrs))
+			}
+			return nil
+		}))
+	must(e)
+	_, e = m.Int64ObservableGauge("keyhook.partitions.total", metric.WithDescription("Partitions of the subscription's topics, as last read from Kafka; more than the sum of owned partitions over all nodes means some have no owner."), metric.WithUnit("{partition}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, g := range n.groups() {
+				if total := g.topicPartitions.Load(); total > 0 {
+					o.Observe(total, metric.WithAttributeSet(g.attrs))
+				}
+			}
+			return nil
+		}))
+	must(e)
 	partitionGauge := func(name, desc, unit string, value func(*worker) (int64, bool)) {
 		_, e := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit),
 			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
@@ -119,7 +137,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			}))
 		must(e)
 	}
-	partitionGauge("keyhook.partition.paused", "1 while fetching the partition is paused (window full or not yet claimed).", "1",
+	partitionGauge("keyhook.partition.paused", "1 while fetching the partition is paused (window full or not yet claimed).", "",
 		func(w *worker) (int64, bool) {
 			if w.pausedFlag.Load() {
 				return 1, true
@@ -158,8 +176,16 @@ func (g *group) initTelemetry() {
 		g.classAttrs[c] = attribute.NewSet(attrSubscription.String(id), attrStatusClass.String(c))
 	}
 	g.outcomeAttrs = make(map[string]attribute.Set, 3)
+	ctx := context.Background()
 	for _, o := range []string{outcomeDelivered, outcomeDeadLettered, outcomeAborted} {
 		g.outcomeAttrs[o] = attribute.NewSet(attrSubscription.String(id), attrOutcome.String(o))
+		g.tel.deliveries.Add(ctx, 0, metric.WithAttributeSet(g.outcomeAttrs[o]))
+	}
+	// Series that alerts watch exist from the start, at zero, so increase()
+	// and rate() see the first event instead of a series appearing.
+	g.tel.deadLetters.Add(ctx, 0, metric.WithAttributeSet(g.attrs))
+	for _, op := range []string{"fetch", "claim", "flush", "commit", "dead_letter"} {
+		g.tel.errors.Add(ctx, 0, metric.WithAttributes(attrSubscription.String(id), attrOp.String(op)))
 	}
 }
 

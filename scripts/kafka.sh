@@ -15,12 +15,12 @@
 #                                     same ports with the same data, for
 #                                     "broker restarted mid-stream" tests;
 #                                     --kill ends it with SIGKILL (a crash)
-#                                     instead of a clean shutdown; the new
-#                                     broker then waits until the controller
-#                                     lets the dead one's session expire
-#                                     (broker.session.timeout.ms, 9 s: kept
-#                                     at the default, as shorter sessions get
-#                                     a busy 2-core machine's broker fenced)
+#                                     instead of a clean shutdown (about 9 s
+#                                     slower: the dead broker's session must
+#                                     expire before the new one registers);
+#                                     a test that restarts a broker should own
+#                                     it (testutil.StartKafka): the broker of
+#                                     scripts/test.sh serves all packages at once
 #   scripts/kafka.sh status           say whether it runs; exit 0 if it does,
 #                                     3 if it does not
 #   scripts/kafka.sh fetch            only fill the jar cache
@@ -181,6 +181,8 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# broker.session.timeout.ms stays at 9 s although it slows restart --kill:
+# shorter sessions get the broker fenced on a busy 2-core test machine.
 EOF
 	cat >"$STATE/log4j2.properties" <<EOF
 # Written by scripts/kafka.sh: everything the broker logs goes to one file.

@@ -3,9 +3,19 @@
 // and the Redis store that holds the set of subscriptions together with the
 // change feed that tells every node when that set changes.
 //
+// The store's changes are atomic Lua scripts that write and announce in
+// one step: Create (optionally idempotent, recording the request under the
+// client's key for 24 hours in the same step), Update and Replace (a
+// compare-and-set on the version, which counts changes), Delete and
+// DeleteVersion. Page reads the set in a stable order with stateless
+// cursors. The package also defines the shapes the API and the dispatcher
+// exchange for operations on a subscription's Kafka side (SeekRequest,
+// SeekResult, DeadLetter, DeadLetterPage, Status), and validates seeks.
+//
 // The package knows Redis (through go-redis) and the JSON form of a
-// subscription. It must not know HTTP, Kafka clients, or how a subscription
-// is dispatched: the REST API and the dispatcher build on it, never the
+// subscription; it borrows the webhooks package's delivery-policy types
+// (formats, secrets, endpoint credentials) to validate them. It must not
+// know HTTP servers, Kafka clients, or how a subscription is dispatched: the REST API and the dispatcher build on it, never the
 // other way round. Validation here is purely syntactic; whether an
 // endpoint's address may be dialled is decided by the webhooks package at
 // registration (through the API) and again at dial time.

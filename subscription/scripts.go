@@ -23,6 +23,62 @@ redis.call('PUBLISH', ARGV[3], ARGV[1])
 return 1
 `)
 
+// createIdempotentScript stores a new subscription together with the
+// record of the request that created it, unless a record for the request's
+// idempotency key exists already. Both writes happen or neither does, so a
+// client repeating a request never creates a second subscription, even
+// after a crash between the two.
+//
+// KEYS[1]: the subscriptions hash.
+// KEYS[2]: the idempotency record (a STRING).
+// ARGV[1]: the subscription id.
+// ARGV[2]: the subscription JSON.
+// ARGV[3]: the change channel.
+// ARGV[4]: the request's fingerprint (hex, no newline).
+// ARGV[5]: how long the record lives, in milliseconds.
+// Result: {1, ""} if stored, recorded and published; {0, ""} if the id
+// already exists (nothing changed); {2, record} if a record exists
+// (nothing changed): the record is the fingerprint, "\n", and the JSON of
+// the subscription then created.
+var createIdempotentScript = redis.NewScript(`
+local rec = redis.call('GET', KEYS[2])
+if rec then
+  return {2, rec}
+end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return {0, ''}
+end
+redis.call('SET', KEYS[2], ARGV[4] .. '\n' .. ARGV[2], 'PX', ARGV[5])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return {1, ''}
+`)
+
+// updateScript replaces a stored subscription if its stored version is
+// the expected one: the compare-and-set that makes concurrent changes
+// safe (the loser gets a version mismatch, never a lost update).
+//
+// KEYS[1]: the subscriptions hash.
+// ARGV[1]: the subscription id.
+// ARGV[2]: the expected stored version.
+// ARGV[3]: the new subscription JSON.
+// ARGV[4]: the change channel.
+// Result: {1, version} if stored and published; {0, 0} if there is no such
+// id; {-1, version} if the stored version is another (nothing changed).
+// version is the stored version before the call.
+var updateScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then
+  return {0, 0}
+end
+local v = cjson.decode(cur)['version']
+if v ~= tonumber(ARGV[2]) then
+  return {-1, v}
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[1])
+return {1, v}
+`)
+
 // deleteScript removes a subscription.
 //
 // KEYS[1]: the subscriptions hash.
@@ -36,4 +92,28 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return 1
+`)
+
+// deleteVersionScript removes a subscription if its stored version is the
+// expected one.
+//
+// KEYS[1]: the subscriptions hash.
+// ARGV[1]: the subscription id.
+// ARGV[2]: the expected stored version.
+// ARGV[3]: the change channel.
+// Result: {1, version} if removed and published; {0, 0} if there is no
+// such id; {-1, version} if the stored version is another (nothing
+// changed). version is the stored version before the call.
+var deleteVersionScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then
+  return {0, 0}
+end
+local v = cjson.decode(cur)['version']
+if v ~= tonumber(ARGV[2]) then
+  return {-1, v}
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return {1, v}
 `)

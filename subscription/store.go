@@ -41,13 +41,16 @@ type Store struct {
 	rdb  redis.UniversalClient
 	keys keys
 	now  func() time.Time
+	// idempotencyTTL is how long the record of an idempotent create
+	// lives: IdempotencyTTL, shortened by tests.
+	idempotencyTTL time.Duration
 }
 
 // NewStore returns a store on rdb whose keys start with prefix
 // (DefaultPrefix, "keyhook", when prefix is ""). The caller owns rdb and
 // closes it after the store's last use.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: newKeys(prefix), now: time.Now}
+	return &Store{rdb: rdb, keys: newKeys(prefix), now: time.Now, idempotencyTTL: IdempotencyTTL}
 }
 
 // Create normalizes and validates sub, assigns its ID ("sub_" and 20
@@ -56,12 +59,9 @@ func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 // ID, timestamps or version already in sub are overwritten. A sub that
 // fails Validate is not stored: the error is a *ValidationError.
 func (s *Store) Create(ctx context.Context, sub *Subscription) error {
-	sub.Normalize()
-	if errs := sub.Validate(); len(errs) > 0 {
-		return &ValidationError{Errors: errs}
+	if err := s.prepareCreate(sub); err != nil {
+		return err
 	}
-	now := s.now().UTC().Truncate(time.Millisecond)
-	sub.CreatedAt, sub.UpdatedAt, sub.Version = now, now, 1
 	for range createAttempts {
 		id := newID()
 		sub.ID = id
@@ -79,6 +79,18 @@ func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 	}
 	sub.ID = ""
 	return fmt.Errorf("subscription: create: no free id after %d attempts", createAttempts)
+}
+
+// prepareCreate normalizes and validates sub and stamps it as a first
+// version, for Create and CreateIdempotent.
+func (s *Store) prepareCreate(sub *Subscription) error {
+	sub.Normalize()
+	if errs := sub.Validate(); len(errs) > 0 {
+		return &ValidationError{Errors: errs}
+	}
+	now := s.now().UTC().Truncate(time.Millisecond)
+	sub.CreatedAt, sub.UpdatedAt, sub.Version = now, now, 1
+	return nil
 }
 
 // Get returns the subscription with the given id, or an error wrapping

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/connect"
 )
 
 // config is the one configuration of a keyhook node; every field is a flag
@@ -32,7 +34,47 @@ type config struct {
 	SessionTimeout        time.Duration
 	MaxWindow             int64
 	RequestTimeout        time.Duration
+	// BootstrapToken, when set, is made an admin API token at start
+	// (idempotent), so a fresh deployment has a first token.
+	BootstrapToken string
+	// MetricsAuth requires an API token on /metrics.
+	MetricsAuth bool
+	// Kafka is how every Kafka client reaches the brokers (TLS, SASL).
+	Kafka connect.KafkaConfig
+	// Redis is the Redis topology and TLS; its URL is RedisURL.
+	Redis connect.RedisConfig
+
+	// kafkaOpts are the client options built from Kafka by serve; runNode
+	// gives them to every Kafka client. dev leaves them empty: its
+	// embedded Kafka takes plain connections.
+	kafkaOpts []kgo.Opt
 }
+
+// kafkaFlags and redisFlags name the flag of each connect field, so that a
+// connection error names what the operator typed.
+var (
+	kafkaFlags = map[string]string{
+		"TLS":                   "kafka-tls",
+		"TLSCAFile":             "kafka-tls-ca-file",
+		"TLSCertFile":           "kafka-tls-cert-file",
+		"TLSKeyFile":            "kafka-tls-key-file",
+		"TLSServerName":         "kafka-tls-server-name",
+		"TLSInsecureSkipVerify": "kafka-tls-insecure-skip-verify",
+		"SASLMechanism":         "kafka-sasl-mechanism",
+		"SASLUsername":          "kafka-sasl-username",
+		"SASLPassword":          "kafka-sasl-password",
+		"SASLPasswordFile":      "kafka-sasl-password-file",
+	}
+	redisFlags = map[string]string{
+		"URL":            "redis-url",
+		"TLSCAFile":      "redis-tls-ca-file",
+		"TLSCertFile":    "redis-tls-cert-file",
+		"TLSKeyFile":     "redis-tls-key-file",
+		"SentinelMaster": "redis-sentinel-master",
+		"Cluster":        "redis-cluster",
+		"Addrs":          "redis-addrs",
+	}
+)
 
 // flagDef binds one flag to its environment twin.
 type flagDef struct {
@@ -50,7 +92,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("keyhook "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	brokers := fs.String("kafka-brokers", "", "comma-separated Kafka seed brokers (host:port)")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL, redis://[user:password@]host:port/db")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL, redis://[user:password@]host:port/db (rediss:// for TLS)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address the REST API listens on")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in tracking state and status (default hostname-pid)")
 	fs.BoolVar(&c.AllowPrivateEndpoints, "allow-private-endpoints", false, "allow endpoints on loopback, private and link-local addresses")
@@ -63,6 +105,25 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 10*time.Second, "Kafka consumer group session timeout")
 	fs.Int64Var(&c.MaxWindow, "max-window", 10000, "records per partition between watermark and fetch position before fetching pauses")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "timeout of one delivery attempt")
+	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
+	fs.BoolVar(&c.MetricsAuth, "metrics-auth", false, "require an API token on /metrics (off: metrics are scraped inside the cluster without one)")
+
+	fs.BoolVar(&c.Kafka.TLS, "kafka-tls", false, "connect to the Kafka brokers over TLS (system roots unless --kafka-tls-ca-file)")
+	fs.StringVar(&c.Kafka.TLSCAFile, "kafka-tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (needs --kafka-tls)")
+	fs.StringVar(&c.Kafka.TLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate for mutual TLS, with --kafka-tls-key-file")
+	fs.StringVar(&c.Kafka.TLSKeyFile, "kafka-tls-key-file", "", "PEM key of --kafka-tls-cert-file")
+	fs.StringVar(&c.Kafka.TLSServerName, "kafka-tls-server-name", "", "name to verify in the brokers' certificates (default the host dialed)")
+	fs.BoolVar(&c.Kafka.TLSInsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (test clusters only)")
+	fs.StringVar(&c.Kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512; empty for none")
+	fs.StringVar(&c.Kafka.SASLUsername, "kafka-sasl-username", "", "SASL user")
+	fs.StringVar(&c.Kafka.SASLPassword, "kafka-sasl-password", "", "SASL password; prefer KEYHOOK_KAFKA_SASL_PASSWORD or --kafka-sasl-password-file, which stay out of the process list")
+	fs.StringVar(&c.Kafka.SASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password, re-read at every connection (a mounted Secret)")
+	fs.StringVar(&c.Redis.TLSCAFile, "redis-tls-ca-file", "", "PEM file of the CAs that sign Redis's certificate (needs a rediss:// URL)")
+	fs.StringVar(&c.Redis.TLSCertFile, "redis-tls-cert-file", "", "PEM client certificate for Redis, with --redis-tls-key-file")
+	fs.StringVar(&c.Redis.TLSKeyFile, "redis-tls-key-file", "", "PEM key of --redis-tls-cert-file")
+	fs.StringVar(&c.Redis.SentinelMaster, "redis-sentinel-master", "", "name of the primary the Redis Sentinels watch; --redis-addrs (or the URL's host) are the Sentinels")
+	fs.BoolVar(&c.Redis.Cluster, "redis-cluster", false, "Redis is a Redis Cluster; --redis-addrs (or the URL's host) are seed nodes")
+	redisAddrs := fs.String("redis-addrs", "", "comma-separated host:port of the Sentinels or cluster seed nodes; replaces the URL's host")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -85,11 +146,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	if envErr != nil {
 		return c, envErr
 	}
-	for _, b := range strings.Split(*brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			c.KafkaBrokers = append(c.KafkaBrokers, b)
-		}
-	}
+	c.KafkaBrokers = splitList(*brokers)
+	c.Redis.URL = c.RedisURL
+	c.Redis.Addrs = splitList(*redisAddrs)
 	if c.NodeID == "" {
 		host, _ := os.Hostname()
 		c.NodeID = host + "-" + strconv.Itoa(os.Getpid())
@@ -97,10 +156,37 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	return c, c.validate(cmd, requireBackends)
 }
 
-func (c config) validate(cmd string, requireBackends bool) error {
-	bad := func(flagName, msg string) error {
-		return fmt.Errorf("keyhook %s: --%s (%s) %s", cmd, flagName, envName(flagName), msg)
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for v := range strings.SplitSeq(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
 	}
+	return out
+}
+
+// flagError is the error of one flag: "keyhook <cmd>: --<flag> (<ENV>) <msg>".
+func flagError(cmd, flagName, msg string) error {
+	return fmt.Errorf("keyhook %s: --%s (%s) %s", cmd, flagName, envName(flagName), msg)
+}
+
+// connectError turns a connect.FieldError into the error of the flag the
+// field came from, using flags to map field to flag name; any other error
+// is only prefixed with the command.
+func connectError(cmd string, err error, flags map[string]string) error {
+	var fe *connect.FieldError
+	if errors.As(err, &fe) {
+		if name, ok := flags[fe.Field]; ok {
+			return flagError(cmd, name, fe.Err.Error())
+		}
+	}
+	return fmt.Errorf("keyhook %s: %w", cmd, err)
+}
+
+func (c config) validate(cmd string, requireBackends bool) error {
+	bad := func(flagName, msg string) error { return flagError(cmd, flagName, msg) }
 	if requireBackends {
 		if len(c.KafkaBrokers) == 0 {
 			return bad("kafka-brokers", "is required")
@@ -113,9 +199,12 @@ func (c config) validate(cmd string, requireBackends bool) error {
 		if c.RedisURL == "" {
 			return bad("redis-url", "is required")
 		}
-		if _, err := redis.ParseURL(c.RedisURL); err != nil {
-			return bad("redis-url", fmt.Sprintf("is not a valid Redis URL: %v", err))
+		if err := c.Redis.Validate(); err != nil {
+			return connectError(cmd, err, redisFlags)
 		}
+	}
+	if err := c.Kafka.Validate(); err != nil {
+		return connectError(cmd, err, kafkaFlags)
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		return bad("http-addr", fmt.Sprintf("has %q, want host:port", c.HTTPAddr))

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/demo"
 	"github.com/keyhook/keyhook/subscription"
@@ -58,13 +59,20 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	}
 	defer producer.Close()
 
+	if c.BootstrapToken == "" {
+		// The embedded Redis starts empty: runNode makes this the admin
+		// token of the run, and the banner prints it.
+		c.BootstrapToken = auth.Generate()
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	started := make(chan *dispatcher.Node, 1)
 	g.Go(func() error {
 		return runNode(ctx, c, rdb, log, func(apiAddr string, node *dispatcher.Node) {
 			fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topic %q, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n",
 				strings.Join(c.KafkaBrokers, ","), devTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey)
-			fmt.Fprintf(stdout, "  try      curl -s http://%s/v1/subscriptions | jq\n\n", apiAddr)
+			fmt.Fprintf(stdout, "  token    %s (admin)\n", c.BootstrapToken)
+			fmt.Fprintf(stdout, "  try      curl -s -H 'Authorization: Bearer %s' http://%s/v1/subscriptions | jq\n", c.BootstrapToken, apiAddr)
+			fmt.Fprintf(stdout, "           KEYHOOK_API_URL=http://%s KEYHOOK_TOKEN=%s keyhook subscriptions list\n\n", apiAddr, c.BootstrapToken)
 			started <- node
 		})
 	})

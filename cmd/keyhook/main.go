@@ -2,6 +2,8 @@
 //
 //	keyhook serve    run the REST API and a dispatcher node
 //	keyhook dev      the same, with Kafka, Redis, an endpoint and a producer embedded
+//	keyhook subscriptions ...  manage subscriptions through the API
+//	keyhook token ...          create, list and revoke API tokens
 //	keyhook version  print the version
 package main
 
@@ -48,6 +50,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		return dev(ctx, c, stdout, stderr)
+	case "subscriptions", "subs":
+		return subscriptionsCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "token":
+		return tokenCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "keyhook", version)
 		return nil
@@ -64,9 +70,12 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `keyhook turns Kafka topics into webhooks.
 
 Commands:
-  serve     run the REST API and a dispatcher node against Kafka and Redis
-  dev       run everything embedded (Kafka, Redis, a demo endpoint and producer)
-  version   print the version
+  serve          run the REST API and a dispatcher node against Kafka and Redis
+  dev            run everything embedded (Kafka, Redis, a demo endpoint and producer)
+  subscriptions  manage subscriptions through the API: list, create, get, delete,
+                 pause, resume, seek, status (--api-url, --token)
+  token          create, list or revoke API tokens, in Redis (--redis-url)
+  version        print the version
 
 Run "keyhook serve -h" for the flags; each has a KEYHOOK_* environment twin.
 `)

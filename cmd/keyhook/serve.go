@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,20 +17,35 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/keyhook/keyhook/api"
+	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/connect"
 	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
+// serve builds the Kafka client options and the Redis client that the
+// connection flags describe, then runs a node over them. File errors (a
+// missing CA, a key that does not match its certificate, an unreadable
+// password file) stop the start here, naming the flag.
 func serve(ctx context.Context, c config, stderr io.Writer) error {
 	log := c.logger(stderr)
-	opts, err := redis.ParseURL(c.RedisURL)
+	kafkaOpts, err := connect.KafkaOptions(c.Kafka)
 	if err != nil {
-		return fmt.Errorf("keyhook serve: --redis-url: %w", err)
+		return connectError("serve", err, kafkaFlags)
 	}
-	rdb := redis.NewClient(opts)
+	c.kafkaOpts = kafkaOpts
+	rdb, err := connect.NewRedis(c.Redis)
+	if err != nil {
+		return connectError("serve", err, redisFlags)
+	}
 	defer rdb.Close()
+	log.Info("connections",
+		"kafka_tls", c.Kafka.TLS, "kafka_sasl", c.Kafka.SASLMechanism,
+		"redis_tls", strings.HasPrefix(c.RedisURL, "rediss://"),
+		"redis_cluster", c.Redis.Cluster, "redis_sentinel_master", c.Redis.SentinelMaster)
 	return runNode(ctx, c, rdb, log, nil)
 }
 
@@ -39,12 +55,27 @@ func serve(ctx context.Context, c config, stderr io.Writer) error {
 // ready, when not nil, receives the API address once it listens.
 func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog.Logger, ready func(apiAddr string, node *dispatcher.Node)) error {
 	runAPI, runDispatcher, _ := c.roles()
+	// go-redis logs through a process-wide logger that prints raw lines to
+	// stderr; route them through the node's structured log instead.
+	redis.SetLogger(connect.RedisLogger{Logger: log})
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		return err
 	}
 	subs := subscription.NewStore(rdb, "")
 	policy := webhooks.AddressPolicy{AllowPrivate: c.AllowPrivateEndpoints}
+	tokens := auth.NewStore(rdb, "")
+	if c.BootstrapToken != "" {
+		created, err := tokens.Ensure(ctx, "bootstrap", c.BootstrapToken, []auth.Scope{auth.ScopeAdmin})
+		if err != nil {
+			return flagError("serve", "bootstrap-token", err.Error())
+		}
+		log.Info("bootstrap token ensured", "name", "bootstrap", "created", created)
+	}
+	registry, err := nodes.NewRegistry(rdb, nodes.Config{Logger: log})
+	if err != nil {
+		return err
+	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	var node *dispatcher.Node
@@ -61,6 +92,7 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 			DrainTimeout:   c.DrainTimeout,
 			SessionTimeout: c.SessionTimeout,
 			MaxWindow:      c.MaxWindow,
+			KafkaOptions:   c.kafkaOpts,
 			Logger:         log,
 		}, subs, sender, tracker)
 		if err != nil {
@@ -70,13 +102,41 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 	}
 	apiAddr := ""
 	if runAPI {
-		admClient, err := kgo.NewClient(kgo.SeedBrokers(c.KafkaBrokers...))
+		admClient, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, c.kafkaOpts...)...)
 		if err != nil {
 			return fmt.Errorf("keyhook: kafka admin client: %w", err)
 		}
 		defer admClient.Close()
 		status := dispatcher.NewStatusReader(kadm.NewClient(admClient), tracker)
-		handler := api.NewRouter(subs, policy, status, api.Config{Logger: log})
+		apiSender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: c.RequestTimeout})
+		if err != nil {
+			return err
+		}
+		defer apiSender.CloseIdleConnections()
+		admin, err := dispatcher.NewAdmin(append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, c.kafkaOpts...),
+			subs, tracker, apiSender, dispatcher.AdminConfig{})
+		if err != nil {
+			return err
+		}
+		defer admin.Close()
+		tester, err := api.NewWebhookTester(apiSender)
+		if err != nil {
+			return err
+		}
+		handler, err := api.NewRouter(api.Dependencies{
+			Store: subs, URLs: policy, Status: status, Seeker: admin, DeadLetters: admin,
+			Tester: tester, Nodes: registry, Auth: tokens,
+		}, api.Config{
+			Logger:      log,
+			MetricsAuth: c.MetricsAuth,
+			ReadinessChecks: map[string]api.ReadinessCheck{
+				"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+				"kafka": admClient.Ping,
+			},
+		})
+		if err != nil {
+			return err
+		}
 		ln, err := net.Listen("tcp", c.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("keyhook: --http-addr (KEYHOOK_HTTP_ADDR) %s: %w", c.HTTPAddr, err)
@@ -97,6 +157,26 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 		})
 		log.Info("api listening", "addr", apiAddr)
 	}
+	// The registry starts last, once everything it announces runs.
+	var roles []string
+	if runAPI {
+		roles = append(roles, "api")
+	}
+	if runDispatcher {
+		roles = append(roles, "dispatcher")
+	}
+	g.Go(func() error {
+		return registry.Run(ctx, nodes.Info{ID: c.NodeID, Version: version, Roles: roles}, func() []nodes.Ownership {
+			if node == nil {
+				return nil
+			}
+			var out []nodes.Ownership
+			for _, o := range node.Owned() {
+				out = append(out, nodes.Ownership(o))
+			}
+			return out
+		})
+	})
 	log.Info("keyhook node started", "node", c.NodeID, "version", version, "api", runAPI, "dispatcher", runDispatcher)
 	if ready != nil {
 		ready(apiAddr, node)

@@ -25,6 +25,8 @@ type Redis struct {
 	cmd  *exec.Cmd
 	port int
 	t    testing.TB
+	// snapshots counts Snapshot calls, naming each copy.
+	snapshots int
 }
 
 // URL returns the redis:// URL of the server, database 0.
@@ -68,6 +70,50 @@ func (r *Redis) Restart(keepData bool) {
 	r.stop()
 	bin, _ := exec.LookPath("redis-server")
 	r.start(r.t, bin)
+}
+
+// Snapshot saves the server's data to disk (SAVE) and keeps a copy of that
+// dump; it returns the copy's path for RestartFromSnapshot. The server goes
+// on serving: what is written after the call is not in the snapshot.
+func (r *Redis) Snapshot() string {
+	r.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer c.Close()
+	if err := c.Save(context.Background()).Err(); err != nil {
+		r.t.Fatalf("redis SAVE: %v", err)
+	}
+	r.snapshots++
+	path := filepath.Join(r.Dir, fmt.Sprintf("snapshot-%d.rdb", r.snapshots))
+	if err := copyFile(filepath.Join(r.Dir, "dump.rdb"), path); err != nil {
+		r.t.Fatalf("redis snapshot: %v", err)
+	}
+	return path
+}
+
+// RestartFromSnapshot kills the server and starts a new one on the same port
+// holding exactly the data of snapshot (a path Snapshot returned): every
+// write made since the snapshot is gone, as after restoring a backup or
+// failing over to a lagging replica.
+func (r *Redis) RestartFromSnapshot(snapshot string) {
+	r.t.Helper()
+	r.stop()
+	if err := copyFile(snapshot, filepath.Join(r.Dir, "dump.rdb")); err != nil {
+		r.t.Fatalf("redis restore snapshot: %v", err)
+	}
+	bin, _ := exec.LookPath("redis-server")
+	r.start(r.t, bin)
+}
+
+// copyFile copies src to dst, replacing dst.
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err := os.WriteFile(dst, data, 0o600); err != nil {
+		return fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	return nil
 }
 
 func (r *Redis) start(t testing.TB, bin string) {

@@ -1,0 +1,14 @@
+// Package auth owns keyhook's API tokens: their format, their scopes, and
+// the Redis store that keeps them, hashed, with a name, scopes, a creation
+// time and a best-effort last-used time.
+//
+// A token is "kh_" followed by the unpadded base64url of 32 random bytes.
+// Only its SHA-256 is stored; a token is recognised by looking that hash
+// up, so no secret is ever compared byte by byte and a leaked store
+// reveals no usable token. The token itself is shown once, when created.
+//
+// The package knows Redis and nothing of HTTP: the API reads the bearer
+// token from a request and asks Store.Authenticate; the keyhook command
+// creates, lists and revokes tokens. It must never log, print or return a
+// stored token's secret.
+package auth

@@ -1,0 +1,236 @@
+package nodes
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of Config, applied to fields left at zero.
+const (
+	DefaultPrefix     = "keyhook"
+	DefaultInterval   = 2 * time.Second
+	DefaultLiveFor    = 10 * time.Second
+	DefaultPruneAfter = time.Hour
+)
+
+// removeTimeout bounds the removal of a node's entry when Run stops: the
+// run's context is over by then, and a stop must not hang on Redis.
+const removeTimeout = 2 * time.Second
+
+// Ownership names a partition that a node owns for a subscription.
+type Ownership struct {
+	Subscription string `json:"subscription"`
+	Topic        string `json:"topic"`
+	Partition    int32  `json:"partition"`
+}
+
+// Info is what a node says of itself.
+type Info struct {
+	ID          string    `json:"id"`
+	Version     string    `json:"version"`
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// Roles are the roles the node runs: "api", "dispatcher".
+	Roles []string `json:"roles"`
+	// Owned lists the partitions the node owned at its last heartbeat.
+	Owned []Ownership `json:"owned"`
+}
+
+// Config tunes a Registry. The zero value is ready to use.
+type Config struct {
+	// Prefix starts the registry's key, "<prefix>:nodes". Default
+	// "keyhook".
+	Prefix string
+	// Interval is the time between heartbeats. Default 2s.
+	Interval time.Duration
+	// LiveFor is how long after its last heartbeat a node still counts
+	// as live. It should be several Intervals, so that one slow write
+	// does not make a node vanish. Default 10s.
+	LiveFor time.Duration
+	// PruneAfter is how long after its last heartbeat a node's entry is
+	// deleted by the other nodes' Run. Default 1h.
+	PruneAfter time.Duration
+	// Logger receives heartbeat failures (one line when heartbeats start
+	// failing, one when they recover). Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Registry reads and writes the node registry. It is safe for concurrent
+// use.
+type Registry struct {
+	rdb redis.UniversalClient
+	cfg Config
+	key string
+}
+
+// NewRegistry returns a registry on rdb. The caller owns rdb.
+func NewRegistry(rdb redis.UniversalClient, cfg Config) (*Registry, error) {
+	if rdb == nil {
+		return nil, errors.New("nodes: redis client is required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"Interval", &cfg.Interval, DefaultInterval}, {"LiveFor", &cfg.LiveFor, DefaultLiveFor}, {"PruneAfter", &cfg.PruneAfter, DefaultPruneAfter}} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("nodes: Config.%s is %v, must not be negative", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.LiveFor <= cfg.Interval {
+		return nil, fmt.Errorf("nodes: Config.LiveFor (%v) must exceed Config.Interval (%v)", cfg.LiveFor, cfg.Interval)
+	}
+	if cfg.PruneAfter < cfg.LiveFor {
+		return nil, fmt.Errorf("nodes: Config.PruneAfter (%v) must be at least Config.LiveFor (%v)", cfg.PruneAfter, cfg.LiveFor)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Registry{rdb: rdb, cfg: cfg, key: cfg.Prefix + ":nodes"}, nil
+}
+
+// pruneScript deletes a node's entry if it is still exactly the one read:
+// a node that heartbeat in the meantime keeps its entry.
+//
+// KEYS[1]: the nodes hash.
+// ARGV[1]: the node id.
+// ARGV[2]: the entry as read.
+// Result: 1 if deleted, 0 if the entry changed or is gone.
+var pruneScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+`)
+
+// Run heartbeats self into the registry every Interval until ctx ends,
+// with Owned set from owned (nil means none) and HeartbeatAt from the
+// clock, then removes self's entry and returns nil. The first heartbeat
+// is immediate. Redis failures are logged and retried at the next
+// heartbeat: a registry outage must not stop a node. Every heartbeat also
+// deletes the entries of nodes silent for PruneAfter.
+func (r *Registry) Run(ctx context.Context, self Info, owned func() []Ownership) error {
+	if self.ID == "" {
+		return errors.New("nodes: run: self.ID is empty")
+	}
+	if self.StartedAt.IsZero() {
+		self.StartedAt = r.cfg.Now().UTC()
+	}
+	if self.Roles == nil {
+		self.Roles = []string{}
+	}
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	failing := false
+	for {
+		err := r.heartbeat(ctx, self, owned)
+		if err == nil {
+			err = r.prune(ctx)
+		}
+		switch {
+		case ctx.Err() != nil:
+		case err != nil && !failing:
+			failing = true
+			r.cfg.Logger.Warn("nodes: heartbeat failed; retrying every interval", "node", self.ID, "error", err)
+		case err == nil && failing:
+			failing = false
+			r.cfg.Logger.Info("nodes: heartbeat recovered", "node", self.ID)
+		}
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+			defer cancel()
+			if err := r.rdb.HDel(rctx, r.key, self.ID).Err(); err != nil {
+				r.cfg.Logger.Warn("nodes: could not remove this node from the registry; it ages out", "node", self.ID, "error", err)
+			}
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Registry) heartbeat(ctx context.Context, self Info, owned func() []Ownership) error {
+	self.HeartbeatAt = r.cfg.Now().UTC()
+	self.Owned = []Ownership{}
+	if owned != nil {
+		if o := owned(); o != nil {
+			self.Owned = o
+		}
+	}
+	data, err := json.Marshal(self)
+	if err != nil {
+		return fmt.Errorf("nodes: heartbeat: encode: %w", err)
+	}
+	if err := r.rdb.HSet(ctx, r.key, self.ID, data).Err(); err != nil {
+		return fmt.Errorf("nodes: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// prune deletes entries silent for PruneAfter.
+func (r *Registry) prune(ctx context.Context) error {
+	all, err := r.rdb.HGetAll(ctx, r.key).Result()
+	if err != nil {
+		return fmt.Errorf("nodes: prune: %w", err)
+	}
+	cutoff := r.cfg.Now().Add(-r.cfg.PruneAfter)
+	for id, data := range all {
+		var info Info
+		// An entry that does not decode is as dead as a silent one.
+		if json.Unmarshal([]byte(data), &info) == nil && !info.HeartbeatAt.Before(cutoff) {
+			continue
+		}
+		if err := pruneScript.Run(ctx, r.rdb, []string{r.key}, id, data).Err(); err != nil {
+			return fmt.Errorf("nodes: prune %q: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// List returns the live nodes, sorted by id: those whose last heartbeat
+// is at most LiveFor old. Entries that do not decode are skipped.
+func (r *Registry) List(ctx context.Context) ([]Info, error) {
+	all, err := r.rdb.HGetAll(ctx, r.key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("nodes: list: %w", err)
+	}
+	cutoff := r.cfg.Now().Add(-r.cfg.LiveFor)
+	out := make([]Info, 0, len(all))
+	for _, data := range all {
+		var info Info
+		if err := json.Unmarshal([]byte(data), &info); err != nil {
+			continue
+		}
+		if info.HeartbeatAt.Before(cutoff) {
+			continue
+		}
+		if info.Roles == nil {
+			info.Roles = []string{}
+		}
+		if info.Owned == nil {
+			info.Owned = []Ownership{}
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}

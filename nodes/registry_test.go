@@ -1,0 +1,173 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keyhook/keyhook/internal/testutil"
+)
+
+// clock is a settable clock for the registry.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+func newRegistry(t *testing.T, rdb redis.UniversalClient, c *clock) *Registry {
+	t.Helper()
+	r, err := NewRegistry(rdb, Config{Interval: 10 * time.Millisecond, LiveFor: 10 * time.Second, PruneAfter: time.Hour,
+		Now: c.Now, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitFor polls List until cond holds.
+func waitFor(t *testing.T, r *Registry, cond func([]Info) bool) []Info {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		list, err := r.List(context.Background())
+		if err == nil && cond(list) {
+			return list
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition never held; last list %+v, %v", list, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRunHeartbeatsOwnershipAndRemovesItselfOnStop(t *testing.T) {
+	rdb := testutil.StartRedis(t).Client()
+	c := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r := newRegistry(t, rdb, c)
+
+	var mu sync.Mutex
+	owned := []Ownership{{Subscription: "sub_a", Topic: "orders", Partition: 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(ctx, Info{ID: "node-1", Version: "v9", Roles: []string{"dispatcher"}}, func() []Ownership {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]Ownership(nil), owned...)
+		})
+	}()
+	list := waitFor(t, r, func(l []Info) bool { return len(l) == 1 })
+	want := Info{ID: "node-1", Version: "v9", StartedAt: c.Now(), HeartbeatAt: c.Now(), Roles: []string{"dispatcher"}, Owned: owned}
+	if diff := cmp.Diff([]Info{want}, list); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+
+	// Later heartbeats carry the current ownership and time.
+	mu.Lock()
+	owned = append(owned, Ownership{Subscription: "sub_a", Topic: "orders", Partition: 2})
+	mu.Unlock()
+	c.set(c.Now().Add(time.Second))
+	waitFor(t, r, func(l []Info) bool { return len(l) == 1 && len(l[0].Owned) == 2 && l[0].HeartbeatAt.Equal(c.Now()) })
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n, _ := rdb.HLen(context.Background(), "keyhook:nodes").Result(); n != 0 {
+		t.Errorf("%d entries after a graceful stop, want 0", n)
+	}
+}
+
+func TestSilentNodesAreNotLiveAndArePrunedLater(t *testing.T) {
+	ctx := context.Background()
+	rdb := testutil.StartRedis(t).Client()
+	c := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r := newRegistry(t, rdb, c)
+	put := func(id string, at time.Time) {
+		data, _ := json.Marshal(Info{ID: id, HeartbeatAt: at, Roles: []string{}, Owned: []Ownership{}})
+		rdb.HSet(ctx, "keyhook:nodes", id, data)
+	}
+	put("fresh", c.Now().Add(-9*time.Second))
+	put("silent", c.Now().Add(-11*time.Second))
+	put("dead", c.Now().Add(-2*time.Hour))
+	rdb.HSet(ctx, "keyhook:nodes", "garbage", "{")
+
+	list, err := r.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != "fresh" {
+		t.Errorf("live nodes = %+v, want only fresh", list)
+	}
+
+	// A running node prunes what has been silent for PruneAfter.
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx, Info{ID: "self"}, nil) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ids, _ := rdb.HKeys(ctx, "keyhook:nodes").Result()
+		if slices.Sort(ids); cmp.Equal(ids, []string{"fresh", "self", "silent"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entries = %v, want dead and garbage pruned", ids)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
+
+func TestRunSurvivesRedisOutage(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	rdb := srv.Client()
+	c := &clock{now: time.Now()}
+	r := newRegistry(t, rdb, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, Info{ID: "n"}, nil) }()
+	waitFor(t, r, func(l []Info) bool { return len(l) == 1 })
+	srv.Restart(false) // the entry is gone with the data
+	waitFor(t, r, func(l []Info) bool { return len(l) == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRegistryValidatesConfig(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for _, cfg := range []Config{
+		{Interval: -1},
+		{Interval: 10 * time.Second, LiveFor: 5 * time.Second},
+		{LiveFor: time.Minute, PruneAfter: time.Second},
+	} {
+		if _, err := NewRegistry(rdb, cfg); err == nil {
+			t.Errorf("NewRegistry(%+v) accepted", cfg)
+		}
+	}
+	if _, err := NewRegistry(nil, Config{}); err == nil {
+		t.Error("NewRegistry(nil) accepted")
+	}
+}

@@ -165,6 +165,7 @@ type Config struct {
 //	DELETE /v1/subscriptions/{id}                          delete (If-Match checked)
 //	POST   /v1/subscriptions/{id}/pause, /resume           stop or restart deliveries
 //	POST   /v1/subscriptions/{id}/seek                     move the consumer group
+//	POST   /v1/subscriptions/{id}/signing/rotate           new signing secret, old ones overlap
 //	GET    /v1/subscriptions/{id}/status                   delivery status per partition
 //	POST   /v1/subscriptions/{id}/test                     one synthetic delivery
 //	GET    /v1/subscriptions/{id}/dead-letters             dead letters, paged
@@ -229,6 +230,7 @@ func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
 	write.Post("/v1/subscriptions/{id}/pause", h.pause)
 	write.Post("/v1/subscriptions/{id}/resume", h.resume)
 	write.Post("/v1/subscriptions/{id}/seek", h.seek)
+	write.Post("/v1/subscriptions/{id}/signing/rotate", h.rotateSigning)
 	read.Get("/v1/subscriptions/{id}/status", h.getStatus)
 	write.Post("/v1/subscriptions/{id}/test", h.test)
 	read.Get("/v1/subscriptions/{id}/dead-letters", h.deadLetters)

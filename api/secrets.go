@@ -1,9 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base32"
+	"fmt"
+	"net/http"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/keyhook/keyhook/subscription"
 )
@@ -117,4 +122,54 @@ func newSecretID() string {
 	var b [13]byte
 	_, _ = rand.Read(b[:]) // never fails: crypto/rand ends the program instead
 	return "sec_" + secretIDEncoding.EncodeToString(b[:])[:20]
+}
+
+// MaxRotationOverlap bounds how long a rotated-out secret may keep
+// signing: 30 days.
+const MaxRotationOverlap = 30 * 24 * time.Hour
+
+// rotateBody is the body of POST …/signing/rotate; it may be empty.
+type rotateBody struct {
+	// OverlapSeconds is how long the previous secrets keep signing next to
+	// the new one; absent means 24 hours.
+	OverlapSeconds *int64 `json:"overlap_seconds"`
+}
+
+// rotateSigning puts a new server-generated secret first and shows its
+// value once, in this answer; the previous secrets keep signing for the
+// overlap, so endpoints can switch at their own pace.
+func (h *handlers) rotateSigning(w http.ResponseWriter, r *http.Request) {
+	body, p := h.readBody(w, r, mediaJSON)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	overlap := subscription.DefaultRotationOverlap
+	if len(bytes.TrimSpace(body)) > 0 {
+		var b rotateBody
+		if _, p := decodeStrict(body, &b, nil); p != nil {
+			writeProblem(w, p)
+			return
+		}
+		if b.OverlapSeconds != nil {
+			if *b.OverlapSeconds < 0 || time.Duration(*b.OverlapSeconds)*time.Second > MaxRotationOverlap {
+				writeProblem(w, validationProblem([]subscription.FieldError{{Field: "overlap_seconds",
+					Message: fmt.Sprintf("must be between 0 and %d", int64(MaxRotationOverlap/time.Second))}}))
+				return
+			}
+			overlap = time.Duration(*b.OverlapSeconds) * time.Second
+		}
+	}
+	id := chi.URLParam(r, "id")
+	expected, ok := h.precondition(w, r, id)
+	if !ok {
+		return
+	}
+	var created subscription.SigningSecret
+	stored, err := h.deps.Store.Update(r.Context(), id, expected, func(cur *subscription.Subscription) error {
+		var err error
+		created, err = cur.RotateSigningSecret(h.cfg.Now(), overlap)
+		return err
+	})
+	h.answerChange(w, r, id, stored, map[string]bool{created.ID: true}, err)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -97,5 +98,38 @@ func TestRedactedIsWhatTheSubscriptionPackageShows(t *testing.T) {
 	s := &subscription.Subscription{Endpoint: subscription.Endpoint{Auth: &subscription.EndpointAuth{BearerToken: "x"}}}
 	if got := s.Redacted().Endpoint.Auth.BearerToken; got != redacted {
 		t.Errorf("subscription.Redacted shows %q, api keeps values sent back as %q", got, redacted)
+	}
+}
+
+// Rotation makes a new server-generated secret, shows it once, keeps the
+// previous one signing until the overlap ends, and stores both.
+func TestRotateShowsTheNewSecretOnceAndKeepsTheOldOneForTheOverlap(t *testing.T) {
+	e := newEnv(t)
+	created := decodeSub(t, e.do(t, http.MethodPost, "/v1/subscriptions", validBody), 201)
+	old := created.Signing.Secrets[0]
+	id := "/v1/subscriptions/" + created.ID
+	rotated := decodeSub(t, e.do(t, http.MethodPost, id+"/signing/rotate", `{"overlap_seconds":3600}`), 200)
+	if len(rotated.Signing.Secrets) != 2 {
+		t.Fatalf("after rotation: %d secrets, want 2: %+v", len(rotated.Signing.Secrets), rotated.Signing)
+	}
+	newer, prev := rotated.Signing.Secrets[0], rotated.Signing.Secrets[1]
+	if !strings.HasPrefix(newer.Secret, "whsec_") || newer.ID == old.ID {
+		t.Errorf("rotation answer does not show a new secret: %+v", newer)
+	}
+	if prev.ID != old.ID || prev.Secret != "" || prev.ExpiresAt == nil {
+		t.Errorf("previous secret %+v: want the old id, no value shown, an expiry", prev)
+	}
+	if d := prev.ExpiresAt.Sub(newer.CreatedAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("previous secret expires %v after the rotation, want 1h", d)
+	}
+	got := decodeSub(t, e.do(t, http.MethodGet, id, ""), 200)
+	for _, s := range got.Signing.Secrets {
+		if s.Secret != "" {
+			t.Errorf("GET after rotation shows secret %s", s.ID)
+		}
+	}
+	stored, _ := e.store.Get(context.Background(), created.ID)
+	if stored.Signing.Secrets[0].Secret != newer.Secret || stored.Signing.Secrets[1].Secret != old.Secret {
+		t.Errorf("stored secrets are not [new, old]")
 	}
 }

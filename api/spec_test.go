@@ -329,6 +329,7 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		"PUT /v1/subscriptions/{id}":                       `{"name":"spec","topics":["orders","refunds"],"endpoint":{"url":"` + endpoint.URL + `/hook","timeout_ms":2000},"ordering":"none","max_in_flight":9,"start":"latest","dead_letter_topic":"dlq","paused":false}`,
 		"PATCH /v1/subscriptions/{id}":                     `{"max_in_flight":12,"ordering":null}`,
 		"POST /v1/subscriptions/{id}/seek":                 `{"to":"offsets","offsets":[{"topic":"orders","partition":1,"offset":7}]}`,
+		"POST /v1/subscriptions/{id}/signing/rotate":       `{"overlap_seconds":3600}`,
 		"POST /v1/subscriptions/{id}/test":                 `{"value":{"order":1},"key":"k"}`,
 		"POST /v1/subscriptions/{id}/dead-letters/redrive": `{"ids":["dlv_x"]}`,
 	}
@@ -346,6 +347,8 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	c.send(e, req{method: "PATCH", path: id, token: e.writer, header: map[string]string{"Content-Type": "application/merge-patch+json"}, body: goodBody["PATCH /v1/subscriptions/{id}"]}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/pause", token: e.writer}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/resume", token: e.writer}, 200, true)
+	c.send(e, req{method: "POST", path: id + "/signing/rotate", token: e.writer, header: jsonCT, body: goodBody["POST /v1/subscriptions/{id}/signing/rotate"]}, 200, true)
+	c.send(e, req{method: "POST", path: id + "/signing/rotate", token: e.writer}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/seek", token: e.writer, header: jsonCT, body: goodBody["POST /v1/subscriptions/{id}/seek"]}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/seek", token: e.writer, header: jsonCT, body: `{"to":"timestamp","timestamp":"2030-01-02T03:04:05.5Z"}`}, 200, true)
 	c.send(e, req{method: "GET", path: id + "/status", token: e.reader}, 200, true)
@@ -366,6 +369,7 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		{method: "PUT", path: id, body: `{"id":"sub_x"}`},
 		{method: "PATCH", path: id, body: `{"colour":"red"}`},
 		{method: "POST", path: id + "/seek", body: `{"to":"timestamp"}`},
+		{method: "POST", path: id + "/signing/rotate", body: `{"overlap_seconds":-1}`},
 		{method: "POST", path: id + "/test", body: `{"value":`},
 		{method: "GET", path: id + "/dead-letters?limit=0"},
 		{method: "POST", path: id + "/dead-letters/redrive", body: `{}`},
@@ -416,7 +420,7 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 			c.send(e, req{method: method, path: strings.ReplaceAll(tmpl, "{id}", "sub_aaaaaaaaaaaaaaaaaaaa"), token: e.admin, header: header, body: body}, 404, false)
 		}
 		if method == http.MethodPut || method == http.MethodPatch || method == http.MethodDelete ||
-			strings.HasSuffix(tmpl, "/pause") || strings.HasSuffix(tmpl, "/resume") {
+			strings.HasSuffix(tmpl, "/pause") || strings.HasSuffix(tmpl, "/resume") || strings.HasSuffix(tmpl, "/signing/rotate") {
 			h := map[string]string{"If-Match": `"` + sub.ID + `.v999"`}
 			for k, v := range header {
 				h[k] = v

@@ -39,10 +39,22 @@ type config struct {
 	BootstrapToken string
 	// MetricsAuth requires an API token on /metrics.
 	MetricsAuth bool
+	// EndpointConcurrency caps the concurrent requests to one endpoint
+	// origin from this node, over every subscription; 0 is no cap. An
+	// endpoint that throttles (429, 503) gets fewer either way.
+	EndpointConcurrency int
+	// TracesExporter is none, otlp or console; empty defers to
+	// OTEL_TRACES_EXPORTER.
+	TracesExporter string
 	// Kafka is how every Kafka client reaches the brokers (TLS, SASL).
 	Kafka connect.KafkaConfig
 	// Redis is the Redis topology and TLS; its URL is RedisURL.
 	Redis connect.RedisConfig
+
+	// getenv reads the environment (OTEL_* for the exporters).
+	getenv func(string) string
+	// console receives spans with --traces-exporter console.
+	console io.Writer
 
 	// kafkaOpts are the client options built from Kafka by serve; runNode
 	// gives them to every Kafka client. dev leaves them empty: its
@@ -106,6 +118,8 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.Int64Var(&c.MaxWindow, "max-window", 10000, "records per partition between watermark and fetch position before fetching pauses")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "timeout of one delivery attempt")
 	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
+	fs.IntVar(&c.EndpointConcurrency, "endpoint-concurrency", 0, "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)")
+	fs.StringVar(&c.TracesExporter, "traces-exporter", "", "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none")
 	fs.BoolVar(&c.MetricsAuth, "metrics-auth", false, "require an API token on /metrics (off: metrics are scraped inside the cluster without one)")
 
 	fs.BoolVar(&c.Kafka.TLS, "kafka-tls", false, "connect to the Kafka brokers over TLS (system roots unless --kafka-tls-ca-file)")
@@ -149,6 +163,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	c.KafkaBrokers = splitList(*brokers)
 	c.Redis.URL = c.RedisURL
 	c.Redis.Addrs = splitList(*redisAddrs)
+	c.getenv, c.console = getenv, stderr
 	if c.NodeID == "" {
 		host, _ := os.Hostname()
 		c.NodeID = host + "-" + strconv.Itoa(os.Getpid())
@@ -232,6 +247,14 @@ func (c config) validate(cmd string, requireBackends bool) error {
 	}
 	if c.MaxWindow <= 0 {
 		return bad("max-window", fmt.Sprintf("is %d, must be positive", c.MaxWindow))
+	}
+	if c.EndpointConcurrency < 0 {
+		return bad("endpoint-concurrency", fmt.Sprintf("is %d, must be 0 (no cap) or more", c.EndpointConcurrency))
+	}
+	switch strings.ToLower(c.TracesExporter) {
+	case "", "none", "otlp", "console":
+	default:
+		return bad("traces-exporter", fmt.Sprintf("is %q, want none, otlp or console", c.TracesExporter))
 	}
 	return nil
 }

@@ -88,6 +88,10 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		Endpoint: subscription.Endpoint{URL: "http://" + ln.Addr().String() + "/hook"},
 	}
 	sub.Normalize()
+	// Signed like every subscription the API creates.
+	if err := sub.EnsureSigningSecret(time.Now()); err != nil {
+		return fmt.Errorf("keyhook dev: %w", err)
+	}
 	if err := subscription.NewStore(rdb, "").Create(ctx, sub); err != nil {
 		return fmt.Errorf("keyhook dev: create demo subscription: %w", err)
 	}

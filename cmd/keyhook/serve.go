@@ -22,6 +22,7 @@ import (
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/telemetry"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -76,11 +77,32 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 	if err != nil {
 		return err
 	}
+	getenv := c.getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{
+		ServiceName: "keyhook", ServiceVersion: version, NodeID: c.NodeID,
+		TracesExporter: c.TracesExporter, Console: c.console, Getenv: getenv,
+	})
+	if err != nil {
+		return flagError("serve", "traces-exporter", err.Error())
+	}
+	defer func() {
+		// Pending spans get a few seconds to leave after everything stopped.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 
 	g, ctx := errgroup.WithContext(ctx)
 	var node *dispatcher.Node
 	if runDispatcher {
-		sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: c.RequestTimeout})
+		limiters, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: c.EndpointConcurrency})
+		if err != nil {
+			return flagError("serve", "endpoint-concurrency", err.Error())
+		}
+		sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: c.RequestTimeout, Limiters: limiters})
 		if err != nil {
 			return err
 		}
@@ -94,6 +116,9 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 			MaxWindow:      c.MaxWindow,
 			KafkaOptions:   c.kafkaOpts,
 			Logger:         log,
+			MeterProvider:  tel.Meter,
+			TracerProvider: tel.Tracer,
+			Propagator:     tel.Propagator,
 		}, subs, sender, tracker)
 		if err != nil {
 			return err
@@ -128,6 +153,7 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 			Tester: tester, Nodes: registry, Auth: tokens,
 		}, api.Config{
 			Logger:      log,
+			Metrics:     tel.Metrics,
 			MetricsAuth: c.MetricsAuth,
 			ReadinessChecks: map[string]api.ReadinessCheck{
 				"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },

@@ -57,6 +57,10 @@ func (g *group) deliveryLoop(ctx context.Context) {
 			acked := g.deliver(rec)
 			g.inFlight.Add(-1)
 			rec.w.pushResult(result{rec: rec, acked: acked})
+		case recs := <-g.batches:
+			g.inFlight.Add(int64(len(recs)))
+			g.deliverBatch(recs)
+			g.inFlight.Add(-int64(len(recs)))
 		}
 	}
 }
@@ -136,6 +140,110 @@ func (g *group) deliver(rec *record) bool {
 // A record that cannot be put in that format (say, a header that no HTTP
 // request can carry in CloudEvents binary mode) is an error: final, the
 // record is dead-lettered.
+// deliverBatch delivers records assembled by one worker in one request
+// (see subscription.Batch). Every record ends acked or aborted, and a
+// key's records are acked in offset order: a record the endpoint reports
+// failed holds back the later records of its key in the batch, and they go
+// again together. A batch the endpoint refuses for good, or one whose
+// retry budget is spent, is delivered record by record, so only a bad
+// record is dead-lettered.
+func (g *group) deliverBatch(recs []*record) {
+	w := recs[0].w
+	ctx, span := g.tel.tracer.Start(w.deliverCtx, "process batch "+recs[0].r.Topic,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
+	defer span.End()
+	policy := g.policy
+	wait := policy.InitialInterval
+	started := time.Now()
+	for round := 1; ; round++ {
+		msgs := make([]*webhooks.Message, len(recs))
+		ids := make([]string, len(recs))
+		for i, r := range recs {
+			ids[i] = DeliveryID(g.sub.ID, r.r.Topic, r.r.Partition, r.r.Offset)
+			msgs[i] = message(g.sub, r.r, ids[i])
+		}
+		req, err := webhooks.NewBatchRequest(g.sub.Endpoint.URL, msgs)
+		if err != nil {
+			g.deliverEach(recs) // a record that cannot be encoded is dead-lettered alone
+			return
+		}
+		req.Signer, req.Auth, req.Timeout = g.signer(), g.auth, g.timeout
+		g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+		res := g.n.sender.Deliver(ctx, req, policy, func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) })
+		switch res.Outcome {
+		case webhooks.OutcomeSuccess:
+			br := webhooks.ParseBatchResponse(res.Last, ids)
+			failed := make(map[string]bool, len(br.Failed))
+			for _, id := range br.Failed {
+				failed[id] = true
+			}
+			held := map[*lane]bool{}
+			var again []*record
+			for i, r := range recs {
+				if failed[ids[i]] || r.lane != nil && held[r.lane] {
+					if r.lane != nil {
+						held[r.lane] = true
+					}
+					again = append(again, r)
+					continue
+				}
+				g.ackBatched(ctx, r)
+			}
+			if len(again) == 0 {
+				return
+			}
+			span.AddEvent("retry", trace.WithAttributes(attribute.Int("keyhook.failed", len(br.Failed)), attribute.Int("keyhook.round", round)))
+			recs = again
+			if policy.MaxAttempts > 0 && round >= policy.MaxAttempts || policy.MaxElapsed > 0 && time.Since(started) >= policy.MaxElapsed {
+				g.deliverEach(recs)
+				return
+			}
+			d := min(max(wait, br.RetryAfter), policy.MaxInterval)
+			wait = min(time.Duration(float64(wait)*policy.Multiplier), policy.MaxInterval)
+			if !sleepCtx(ctx, d) {
+				g.abortAll(recs)
+				return
+			}
+		case webhooks.OutcomeFinal:
+			span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
+			g.deliverEach(recs)
+			return
+		default:
+			g.abortAll(recs)
+			return
+		}
+	}
+}
+
+// deliverEach delivers records one at a time in batch order, which keeps
+// each key's order; once one is aborted the rest are too.
+func (g *group) deliverEach(recs []*record) {
+	for i, r := range recs {
+		if !g.deliver(r) {
+			g.abortAll(recs[i:])
+			return
+		}
+		r.w.pushResult(result{rec: r, acked: true})
+	}
+}
+
+func (g *group) abortAll(recs []*record) {
+	for _, r := range recs {
+		r.w.pushResult(result{rec: r})
+	}
+}
+
+// ackBatched records one record of a batch as delivered.
+func (g *group) ackBatched(ctx context.Context, r *record) {
+	g.delivered.Add(1)
+	g.tel.deliveries.Add(ctx, 1, metric.WithAttributeSet(g.outcomeAttrs[outcomeDelivered]))
+	if !r.r.Timestamp.IsZero() {
+		g.tel.endToEnd.Record(ctx, time.Since(r.r.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
+	}
+	r.w.pushResult(result{rec: r, acked: true})
+}
+
 func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, error) {
 	req, err := newRequest(g.sub, rec.r, deliveryID)
 	if err != nil {
@@ -148,14 +256,26 @@ func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, erro
 }
 
 // newRequest puts record r in sub's format, unsigned and without auth.
+// A batching subscription sends single records (a batch refused and sent
+// one by one) as envelopes, the shape its endpoint reads in batches.
 func newRequest(sub *subscription.Subscription, r *kgo.Record, deliveryID string) (*webhooks.Request, error) {
+	f := webhooks.Format(sub.Format)
+	if sub.Batch.Enabled() {
+		f = webhooks.FormatEnvelope
+	}
+	return webhooks.NewRequest(sub.Endpoint.URL, f, message(sub, r, deliveryID), sub.CloudEventsType)
+}
+
+// message is record r as webhooks sees it: no Kafka, just a message with
+// its attributes.
+func message(sub *subscription.Subscription, r *kgo.Record, deliveryID string) *webhooks.Message {
 	hs := make([]webhooks.Header, len(r.Headers))
 	for i, h := range r.Headers {
 		hs[i] = webhooks.Header{Name: h.Key, Value: h.Value}
 	}
 	partition := strconv.FormatInt(int64(r.Partition), 10)
 	offset := strconv.FormatInt(r.Offset, 10)
-	m := &webhooks.Message{
+	return &webhooks.Message{
 		ID: deliveryID, Key: r.Key, Value: r.Value, Headers: hs, Time: r.Timestamp,
 		Source:  "kafka://" + r.Topic,
 		Subject: partition + "/" + offset,
@@ -165,7 +285,6 @@ func newRequest(sub *subscription.Subscription, r *kgo.Record, deliveryID string
 		},
 		ContentType: sub.ContentType,
 	}
-	return webhooks.NewRequest(sub.Endpoint.URL, webhooks.Format(sub.Format), m, sub.CloudEventsType)
 }
 
 // signer returns the subscription's signer, rebuilt when a rotated-out

@@ -54,6 +54,8 @@ type group struct {
 	// jobs hands ready records to the delivery pool; its MaxInFlight
 	// goroutines bound the subscription's concurrent deliveries on the node.
 	jobs chan *record
+	// batches does the same for subscriptions that batch.
+	batches chan []*record
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
@@ -84,6 +86,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		n: n, sub: s,
 		log:     n.log.With("subscription", s.ID),
 		jobs:    make(chan *record),
+		batches: make(chan []*record),
 		workers: make(map[topicPartition]*worker),
 	}
 	g.initTelemetry()

@@ -23,6 +23,9 @@ type record struct {
 	r          *kgo.Record
 	lane       *lane // nil when the record has no lane (ordering none, no key)
 	dispatched time.Time
+	// taken: the record went out in a batch behind its lane's head, so it
+	// must not be made ready again when the head is acked.
+	taken bool
 }
 
 // lane is the FIFO of one key's pending records; only its head is in flight.
@@ -83,9 +86,13 @@ type worker struct {
 	lanes    map[string]*lane
 	ready    []*record
 	inflight int
-	draining bool
-	drained  chan struct{}
-	dirty    bool
+	// Batching: the batch offered to the pool, and since when records wait.
+	offer      []*record
+	readySince time.Time
+	batchTimer *time.Timer
+	draining   bool
+	drained    chan struct{}
+	dirty      bool
 }
 
 func newWorker(g *group, tp topicPartition, gen int32) *worker {
@@ -172,11 +179,32 @@ func (w *worker) run() {
 	// Until the claim succeeds the partition is paused: without the acked
 	// set this node would redeliver what the previous owner finished.
 	w.pause()
+	batching := w.g.sub.Batch.Enabled()
+	if batching {
+		w.batchTimer = time.NewTimer(time.Hour)
+		w.batchTimer.Stop()
+		defer w.batchTimer.Stop()
+	}
+	var batchDue <-chan time.Time
+	if w.batchTimer != nil {
+		batchDue = w.batchTimer.C
+	}
 	for {
 		var send chan<- *record
 		var head *record
-		if w.claimed && !w.draining && len(w.ready) > 0 {
-			send, head = w.g.jobs, w.ready[0]
+		var sendBatch chan<- []*record
+		if w.claimed && !w.draining {
+			switch {
+			case batching:
+				if w.offer == nil && len(w.ready) > 0 && w.batchReady() {
+					w.offer = w.assemble()
+				}
+				if w.offer != nil {
+					sendBatch = w.g.batches
+				}
+			case len(w.ready) > 0:
+				send, head = w.g.jobs, w.ready[0]
+			}
 		}
 		select {
 		case <-w.ctx.Done():
@@ -207,6 +235,16 @@ func (w *worker) run() {
 			w.ready = w.ready[1:]
 			w.inflight++
 			head.dispatched = time.Now()
+		case sendBatch <- w.offer:
+			now := time.Now()
+			for _, r := range w.offer {
+				r.dispatched = now
+			}
+			w.inflight += len(w.offer)
+			w.offer = nil
+		case <-batchDue:
+			// The oldest ready record waited long enough: the loop offers
+			// the batch as it is.
 		case f := <-w.ctrl:
 			f()
 		case <-flushT.C:
@@ -315,13 +353,74 @@ func (w *worker) accept(r *kgo.Record) {
 		rec.lane = w.lane(string(r.Key))
 	}
 	if rec.lane == nil {
-		w.ready = append(w.ready, rec)
+		w.makeReady(rec)
 		return
 	}
 	rec.lane.q = append(rec.lane.q, rec)
 	if len(rec.lane.q) == 1 {
-		w.ready = append(w.ready, rec)
+		w.makeReady(rec)
 	}
+}
+
+// makeReady queues rec for dispatch: its lane's head, or a lane-less record.
+func (w *worker) makeReady(rec *record) {
+	if len(w.ready) == 0 && w.batchTimer != nil {
+		w.readySince = time.Now()
+	}
+	w.ready = append(w.ready, rec)
+}
+
+// batchReady reports whether a batch should go now: enough records are
+// ready, or the oldest waited MaxWaitMS. Otherwise it arms the timer that
+// wakes the loop when the wait is over.
+func (w *worker) batchReady() bool {
+	b := w.g.sub.Batch
+	wait := time.Duration(b.MaxWaitMS) * time.Millisecond
+	if len(w.ready) >= b.MaxRecords || wait <= 0 {
+		return true
+	}
+	left := wait - time.Since(w.readySince)
+	if left <= 0 {
+		return true
+	}
+	w.batchTimer.Reset(left)
+	return false
+}
+
+// assemble takes a batch out of the ready records: lane heads in the order
+// they became ready, each followed by the next records of its lane, in
+// offset order, within the batch's record and byte limits.
+func (w *worker) assemble() []*record {
+	b := w.g.sub.Batch
+	maxBytes := b.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = subscription.DefaultBatchBytes
+	}
+	out := make([]*record, 0, min(b.MaxRecords, len(w.ready)))
+	size := 0
+	fits := func(r *record) bool {
+		return len(out) < b.MaxRecords && (len(out) == 0 || size+len(r.r.Value) <= maxBytes)
+	}
+	for len(w.ready) > 0 && fits(w.ready[0]) {
+		head := w.ready[0]
+		w.ready[0] = nil
+		w.ready = w.ready[1:]
+		head.taken = true
+		out = append(out, head)
+		size += len(head.r.Value)
+		if head.lane == nil {
+			continue
+		}
+		for _, f := range head.lane.q[1:] {
+			if !fits(f) {
+				break
+			}
+			f.taken = true
+			out = append(out, f)
+			size += len(f.r.Value)
+		}
+	}
+	return out
 }
 
 func (w *worker) lane(key string) *lane {
@@ -356,8 +455,8 @@ func (w *worker) processResults() {
 			l.q = l.q[1:]
 			if len(l.q) == 0 {
 				delete(w.lanes, l.key)
-			} else {
-				w.ready = append(w.ready, l.q[0])
+			} else if !l.q[0].taken {
+				w.makeReady(l.q[0])
 			}
 		}
 	}

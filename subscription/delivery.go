@@ -60,6 +60,31 @@ func (p RetryPolicy) Policy(defaults webhooks.RetryPolicy) webhooks.RetryPolicy 
 	return out.WithDefaults()
 }
 
+// Batch groups records into one request, for endpoints that pay per
+// invocation. A batch closes at MaxRecords records, MaxBytes of values, or
+// MaxWaitMS after its first record became ready, whichever comes first.
+// Records of one key stay in offset order within a batch, and a key's
+// record is acked only after every earlier record of that key.
+type Batch struct {
+	// MaxRecords above 1 turns batching on.
+	MaxRecords int `json:"max_records,omitempty"`
+	// MaxBytes bounds the values in one batch; 0 means 1 MiB.
+	MaxBytes int `json:"max_bytes,omitempty"`
+	// MaxWaitMS is how long a batch waits to fill; 0 sends what is ready.
+	MaxWaitMS int `json:"max_wait_ms,omitempty"`
+}
+
+// Enabled reports whether deliveries go in batches.
+func (b Batch) Enabled() bool { return b.MaxRecords > 1 }
+
+// Limits of batching.
+const (
+	MaxBatchRecords   = 1000
+	MaxBatchBytes     = 10 << 20
+	DefaultBatchBytes = 1 << 20
+	MaxBatchWaitMS    = 60000
+)
+
 // Signing holds the Standard Webhooks secrets a subscription signs with.
 // A secret's value is shown once, when it is created; every later read of
 // the subscription carries only its id, prefix and dates.
@@ -249,6 +274,20 @@ func (s *Subscription) validateDelivery(add func(field, msg string)) {
 	if a := s.Endpoint.Auth; a != nil {
 		if err := a.Auth().Validate(); err != nil {
 			add("endpoint.auth", err.Error())
+		}
+	}
+	if b := s.Batch; b != (Batch{}) {
+		if b.MaxRecords < 0 || b.MaxRecords > MaxBatchRecords {
+			add("batch.max_records", fmt.Sprintf("must be between 0 (off) and %d", MaxBatchRecords))
+		}
+		if b.MaxBytes < 0 || b.MaxBytes > MaxBatchBytes {
+			add("batch.max_bytes", fmt.Sprintf("must be between 0 (1 MiB) and %d", MaxBatchBytes))
+		}
+		if b.MaxWaitMS < 0 || b.MaxWaitMS > MaxBatchWaitMS {
+			add("batch.max_wait_ms", fmt.Sprintf("must be between 0 and %d", MaxBatchWaitMS))
+		}
+		if b.Enabled() && s.Format != "" && s.Format != string(webhooks.FormatEnvelope) {
+			add("format", `must be "envelope" (or absent) with batching: a batch is a JSON list of envelopes`)
 		}
 	}
 	if s.Endpoint.FollowRedirects < 0 || s.Endpoint.FollowRedirects > MaxFollowRedirects {

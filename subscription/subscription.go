@@ -64,7 +64,9 @@ type Subscription struct {
 	Retry RetryPolicy `json:"retry,omitzero"`
 	// Signing holds the secrets deliveries are signed with (Standard
 	// Webhooks); a subscription signs by default.
-	Signing   Signing   `json:"signing,omitzero"`
+	Signing Signing `json:"signing,omitzero"`
+	// Batch groups records into one request (off by default).
+	Batch     Batch     `json:"batch,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Paused stops deliveries on every node (the consumer group is left

@@ -1,5 +1,31 @@
 // Package faults proves keyhook's guarantees under failure: real keyhook
-// processes killed with signals, a real redis-server restarted, and (in the
-// integration tier) a real Apache Kafka broker restarted, while a real HTTP
-// sink records every delivery. It has no code of its own, only tests.
+// processes killed with signals, a real redis-server restarted or rolled
+// back, a real Apache Kafka broker restarted, an endpoint that fails, while
+// a real HTTP sink records every delivery. It has no code of its own, only
+// tests; it must not know keyhook's internals beyond what an operator sees
+// (flags, the tracking HASH fields, the consumer group, the dead-letter
+// headers).
+//
+// The TestFault scenarios belong to the integration tier: they run against
+// the broker of KEYHOOK_TEST_KAFKA_BROKERS (scripts/test.sh starts one) and
+// are skipped without it, except under CI=true where they fail. Each builds
+// a cluster (harness_test.go) — keyhook nodes, Redis, a sink, a subscription
+// on a 12-partition topic of its own — injects its fault, and ends with the
+// verifier (verify_test.go), which checks that nothing was lost, per-key
+// order held, the commit never moved backwards nor passed an offset that was
+// not acked, dead-lettered or a gap, the final commit reached every log end,
+// and duplicates stayed within the scenario's bound. Each prints one line:
+//
+//	scenario=<name> records=N lost=0 duplicates=D (bound B) max_commit_overshoot=0 wall=12.3s
+//
+// To run them alone:
+//
+//	export "$(KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh start | tail -n 1)"
+//	go test -race -count=1 -run TestFault -v ./faults/
+//	KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh stop
+//
+// Node logs are kept (their folder is printed) when a scenario fails, or
+// always with KEYHOOK_FAULTS_KEEP_LOGS=1. The nodes inherit the test's
+// environment, so KEYHOOK_LOG_LEVEL=debug makes them log in detail.
+// KEYHOOK_FAULTS_SEED replays the random choices of a logged run.
 package faults

@@ -73,15 +73,6 @@ func TestTakeoverAfterSIGKILLLosesNothing(t *testing.T) {
 	}
 }
 
-func newClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
 // produceKeyed writes n records over keys keys (key-i), partitioned by key,
 // and returns each partition's end offset.
 func produceKeyed(t *testing.T, brokers []string, topic string, n, keys int) map[int32]int64 {

@@ -1,0 +1,702 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
+)
+
+// Settings shared by every scenario on the real broker.
+const (
+	// faultPartitions is the partition count of every scenario's topic:
+	// more partitions than nodes, so each rebalance moves some of them.
+	faultPartitions = 12
+	// faultSession is the nodes' consumer group session timeout, the
+	// shortest a real broker accepts by default (group.min.session.timeout.ms).
+	faultSession = 6 * time.Second
+	// faultCommitInterval commits often so the sampler sees many commits.
+	faultCommitInterval = 200 * time.Millisecond
+	// samplerInterval is how often the commit sampler reads the group's
+	// committed offsets.
+	samplerInterval = 50 * time.Millisecond
+	// unflushedWindow over-approximates the acks a dead node had not yet
+	// written to Redis: its flush interval is 20ms, five times less.
+	unflushedWindow = 100 * time.Millisecond
+	// settleTimeout bounds the wait, after a scenario's faults, until every
+	// record is acked and committed.
+	settleTimeout = 4 * time.Minute
+
+	// seedEnv, when set, seeds the scenarios' random choices (which node
+	// dies, which partition goes zombie) to replay a logged run.
+	seedEnv = "KEYHOOK_FAULTS_SEED"
+	// keepLogsEnv, when set, keeps the node logs of passing scenarios too.
+	keepLogsEnv = "KEYHOOK_FAULTS_KEEP_LOGS"
+)
+
+// clusterConfig describes a scenario's cluster. Zero fields take the
+// defaults named in their comments.
+type clusterConfig struct {
+	// nodes is how many keyhook processes start (default 3).
+	nodes int
+	// brokers is the Kafka to use; default the shared real broker
+	// (testutil.RealKafka). Tests that restart the broker pass their own.
+	brokers []string
+	// keys is how many distinct record keys the producer cycles through
+	// (default 600, about 50 per partition).
+	keys int
+	// maxInFlight is the subscription's MaxInFlight (default 64).
+	maxInFlight int
+	// latency and status configure the sink; they are set before the sink
+	// serves and must be safe for concurrent use (read shared state through
+	// atomics).
+	latency func(*testutil.Delivery) time.Duration
+	status  func(*testutil.Delivery) int
+}
+
+// cluster is one scenario's world: N keyhook processes sharing one real
+// Redis, one sink and one subscription on a topic of the scenario's own, on a
+// real Kafka broker. It owns a commit sampler and an in-flight monitor that
+// run for the whole scenario.
+type cluster struct {
+	t       *testing.T
+	name    string
+	started time.Time
+	cfg     clusterConfig
+	rng     *rand.Rand
+
+	brokers []string
+	topic   string
+	dlq     string
+	redis   *testutil.Redis
+	rdb     *redis.Client
+	tracker *tracking.Store
+	sink    *testutil.Sink
+	sub     *subscription.Subscription
+	adm     *kadm.Client
+	flags   []string
+
+	// slots holds the current process of each node slot; incarnation
+	// counts its restarts so every process gets a name of its own.
+	slots       []*testutil.Process
+	incarnation []int
+	// every process ever started, for the logs kept on failure.
+	procs []*testutil.Process
+
+	sampler  *commitSampler
+	inflight *inflightMonitor
+	bg       sync.WaitGroup
+	stopBG   context.CancelFunc
+
+	mu sync.Mutex
+	// expected are the sequence numbers producers got acknowledged as
+	// committed data: the log must hold exactly these.
+	expected map[int64]bool
+	// bound is the number of duplicates the scenario's failures allow.
+	bound      int
+	boundNotes []string
+}
+
+// newCluster creates the topic (12 partitions) and its dead-letter topic,
+// starts Redis and the sink, stores the subscription, and starts the commit
+// sampler and the in-flight monitor. Nodes start with startNodes.
+func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
+	t.Helper()
+	if cfg.nodes == 0 {
+		cfg.nodes = 3
+	}
+	if cfg.keys == 0 {
+		cfg.keys = 600
+	}
+	if cfg.maxInFlight == 0 {
+		cfg.maxInFlight = 64
+	}
+	brokers := cfg.brokers
+	if brokers == nil {
+		brokers = testutil.RealKafka(t)
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(seedEnv); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", seedEnv, s, err)
+		}
+		seed = v
+	}
+	c := &cluster{
+		t: t, name: name, started: time.Now(), cfg: cfg,
+		rng:      rand.New(rand.NewPCG(seed, seed>>1)),
+		brokers:  brokers,
+		topic:    fmt.Sprintf("faults-%s-%d", name, time.Now().UnixNano()),
+		expected: make(map[int64]bool),
+	}
+	t.Logf("scenario %s: topic %s, random seed %d (%s replays its choices)", name, c.topic, seed, seedEnv)
+	c.dlq = c.topic + ".keyhook.dlq"
+	testutil.CreateTopics(t, brokers, faultPartitions, c.topic)
+	// The dead-letter topic is created up front, as an operator must:
+	// keyhook's client does not ask the broker to auto-create topics, so a
+	// missing dead-letter topic blocks its record's key (every write fails
+	// with UNKNOWN_TOPIC_OR_PARTITION and is retried).
+	testutil.CreateTopics(t, brokers, 1, c.dlq)
+
+	c.redis = testutil.StartRedis(t)
+	c.rdb = c.redis.Client()
+	tr, err := tracking.New(c.rdb, tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.tracker = tr
+	c.keepLogsOnFailure()
+
+	c.sink = testutil.StartSink(t)
+	c.sink.Latency = cfg.latency
+	c.sink.Status = cfg.status
+
+	c.sub = &subscription.Subscription{
+		Name:        name,
+		Topics:      []string{c.topic},
+		Endpoint:    subscription.Endpoint{URL: c.sink.URL},
+		MaxInFlight: cfg.maxInFlight,
+		Ordering:    subscription.OrderKey,
+	}
+	if err := subscription.NewStore(c.rdb, "").Create(context.Background(), c.sub); err != nil {
+		t.Fatalf("create subscription: %v", err)
+	}
+	c.adm = kadm.NewClient(newClient(t, brokers))
+	c.flags = []string{
+		"--kafka-brokers", strings.Join(brokers, ","),
+		"--redis-url", c.redis.URL(),
+		"--session-timeout", faultSession.String(),
+		"--commit-interval", faultCommitInterval.String(),
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopBG = cancel
+	t.Cleanup(c.stopBackground)
+	c.sampler = newCommitSampler(c.adm, c.sub.GroupID(), c.topic)
+	c.inflight = &inflightMonitor{sink: c.sink}
+	c.bg.Add(2)
+	go func() {
+		defer c.bg.Done()
+		c.sampler.run(ctx)
+	}()
+	go func() {
+		defer c.bg.Done()
+		c.inflight.run(ctx)
+	}()
+	return c
+}
+
+func (c *cluster) stopBackground() {
+	c.stopBG()
+	c.bg.Wait()
+}
+
+// keepLogsOnFailure copies every node's log out of the test's temp dir
+// when the test fails (always with keepLogsEnv set), since the temp dir is
+// removed after it. It is
+// registered after StartRedis made the temp dir, so it runs before the
+// removal and after the nodes were killed.
+func (c *cluster) keepLogsOnFailure() {
+	c.t.Cleanup(func() {
+		if !c.t.Failed() && os.Getenv(keepLogsEnv) == "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "keyhook-faults-"+c.name+"-")
+		if err != nil {
+			c.t.Logf("keep logs: %v", err)
+			return
+		}
+		for _, p := range c.procs {
+			if data, err := os.ReadFile(p.LogPath); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, p.Name+".log"), data, 0o600)
+			}
+		}
+		c.t.Logf("node logs kept in %s", dir)
+	})
+}
+
+// startNodes starts cfg.nodes keyhook processes, one per slot.
+func (c *cluster) startNodes() {
+	c.t.Helper()
+	for range c.cfg.nodes {
+		c.addNode()
+	}
+}
+
+// addNode starts a process in a new slot and returns the slot.
+func (c *cluster) addNode() int {
+	c.t.Helper()
+	c.slots = append(c.slots, nil)
+	c.incarnation = append(c.incarnation, 0)
+	slot := len(c.slots) - 1
+	c.startSlot(slot)
+	return slot
+}
+
+// startSlot starts a new process in slot (its previous one must be gone).
+func (c *cluster) startSlot(slot int) {
+	c.t.Helper()
+	c.incarnation[slot]++
+	name := fmt.Sprintf("node%d-%d", slot, c.incarnation[slot])
+	p := testutil.StartKeyhook(c.t, name, c.flags...)
+	c.slots[slot] = p
+	c.procs = append(c.procs, p)
+}
+
+// live returns the slots whose process runs.
+func (c *cluster) live() []int {
+	var out []int
+	for i, p := range c.slots {
+		if p != nil && !p.Exited() {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// kill ends slot's process with SIGKILL and adds the duplicates the kill
+// may cause to the scenario's bound: the sink's in-flight requests at the
+// kill plus the requests it completed just before (acks not yet flushed).
+func (c *cluster) kill(slot int) {
+	c.t.Helper()
+	p := c.slots[slot]
+	at := time.Now()
+	inFlight := c.sink.InFlight()
+	p.Signal(syscall.SIGKILL)
+	unflushed := c.sink.CompletedSince(at.Add(-unflushedWindow))
+	if !p.Wait(10 * time.Second) {
+		c.t.Fatalf("%s did not die on SIGKILL", p.Name)
+	}
+	c.addBound(inFlight+unflushed, fmt.Sprintf("kill %s: %d in flight + %d completed in the last %v", p.Name, inFlight, unflushed, unflushedWindow))
+}
+
+// terminate sends SIGTERM to slot's process (a graceful shutdown) and, with
+// wait, waits until it has exited.
+func (c *cluster) terminate(slot int, wait bool) {
+	c.t.Helper()
+	p := c.slots[slot]
+	p.Signal(syscall.SIGTERM)
+	if wait && !p.Wait(time.Minute) {
+		c.t.Fatalf("%s did not exit within a minute of SIGTERM", p.Name)
+	}
+}
+
+// restartGracefully stops slot's process with SIGTERM, starts a new one in
+// its place and waits until the group has settled with it.
+func (c *cluster) restartGracefully(slot int) {
+	c.t.Helper()
+	c.terminate(slot, true)
+	c.startSlot(slot)
+	c.waitOwned(slot, time.Minute)
+}
+
+func (c *cluster) addBound(n int, note string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bound += n
+	c.boundNotes = append(c.boundNotes, note)
+}
+
+// partitionKeys names every partition's tracking state.
+func (c *cluster) partitionKeys() []tracking.PartitionKey {
+	pks := make([]tracking.PartitionKey, faultPartitions)
+	for p := range pks {
+		pks[p] = tracking.PartitionKey{Subscription: c.sub.ID, Topic: c.topic, Partition: int32(p)}
+	}
+	return pks
+}
+
+// owners returns each partition's owner as the tracking state says.
+func (c *cluster) owners() map[int32]string {
+	st, err := c.tracker.Load(context.Background(), c.partitionKeys())
+	if err != nil {
+		return nil
+	}
+	out := make(map[int32]string, len(st))
+	for pk, s := range st {
+		out[pk.Partition] = s.Owner
+	}
+	return out
+}
+
+// waitOwned waits until every partition has an owner among the live
+// processes and the slot's process owns at least one partition: the group
+// has settled after a join.
+func (c *cluster) waitOwned(slot int, timeout time.Duration) {
+	c.t.Helper()
+	name := c.slots[slot].Name
+	liveNames := map[string]bool{}
+	for _, s := range c.live() {
+		liveNames[c.slots[s].Name] = true
+	}
+	waitFor(c.t, timeout, fmt.Sprintf("%s owns a partition and every partition has a live owner", name), func() bool {
+		owners := c.owners()
+		mine := false
+		for p := range int32(faultPartitions) {
+			o := owners[p]
+			if !liveNames[o] {
+				return false
+			}
+			mine = mine || o == name
+		}
+		return mine
+	})
+}
+
+// committed returns the group's committed offsets of the topic.
+func (c *cluster) committed(ctx context.Context) (map[int32]int64, error) {
+	offs, err := c.adm.FetchOffsets(ctx, c.sub.GroupID())
+	if err != nil {
+		return nil, err
+	}
+	if err := offs.Error(); err != nil {
+		return nil, err
+	}
+	out := make(map[int32]int64)
+	for p := range int32(faultPartitions) {
+		if o, ok := offs.Lookup(c.topic, p); ok && o.Err == nil && o.At >= 0 {
+			out[p] = o.At
+		}
+	}
+	return out, nil
+}
+
+// ackedAboveCommit counts, per the sink, the records acked at or above the
+// group's current commit: what a loss of the tracking state can make
+// keyhook deliver again.
+func (c *cluster) ackedAboveCommit() int {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	commits, err := c.committed(ctx)
+	if err != nil {
+		c.t.Fatalf("fetch commits: %v", err)
+	}
+	n := 0
+	for _, d := range c.sink.Deliveries() {
+		if d.Status >= 200 && d.Status < 300 && d.Offset >= commits[d.Partition] {
+			n++
+		}
+	}
+	return n
+}
+
+// logLines counts, over the logs of every process the scenario started,
+// the lines containing each of substrs; scenarios report them to show
+// which paths of keyhook a fault exercised.
+func (c *cluster) logLines(substrs ...string) map[string]int {
+	out := make(map[string]int, len(substrs))
+	for _, p := range c.procs {
+		data, err := os.ReadFile(p.LogPath)
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(data), "\n") {
+			for _, s := range substrs {
+				if strings.Contains(line, s) {
+					out[s]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// waitFor polls cond every 50ms until it holds, failing the test after
+// timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sleepFor lets a scenario run for d while its background work goes on.
+func sleepFor(d time.Duration) { time.Sleep(d) }
+
+// expect records seqs as committed data the log must hold.
+func (c *cluster) expect(seqs ...int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range seqs {
+		c.expected[s] = true
+	}
+}
+
+// producer writes keyed records whose value carries a sequence number,
+// {"seq":N}, with key "key-<N mod keys>"; records are partitioned by key.
+type producer struct {
+	c      *cluster
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	err      error
+	produced int
+}
+
+// produce writes n records at rate records per second (all at once when
+// rate is 0) from a goroutine of its own; wait ends it.
+func (c *cluster) produce(n, rate int) *producer {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &producer{
+		c:      c,
+		cl:     newClient(c.t, c.brokers, kgo.ProducerLinger(5*time.Millisecond), kgo.DefaultProduceTopic(c.topic)),
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	c.t.Cleanup(func() {
+		cancel()
+		<-p.done
+	})
+	go p.run(ctx, n, rate)
+	return p
+}
+
+func (p *producer) run(ctx context.Context, n, rate int) {
+	defer close(p.done)
+	const tick = 20 * time.Millisecond
+	start := time.Now()
+	var wg sync.WaitGroup
+	// The callbacks of records already handed to the client still run
+	// (failed, when ctx ended) before the producer counts as done.
+	defer wg.Wait()
+	for seq := range int64(n) {
+		if rate > 0 {
+			// Pace by the clock, not by ticks, so a slow tick is caught up.
+			due := start.Add(time.Duration(seq) * time.Second / time.Duration(rate))
+			if d := time.Until(due); d > tick {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+		}
+		wg.Add(1)
+		p.cl.Produce(ctx, keyedRecord(seq, p.c.cfg.keys), func(r *kgo.Record, err error) {
+			defer wg.Done()
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if err != nil {
+				if p.err == nil {
+					p.err = err
+				}
+				return
+			}
+			p.produced++
+			p.c.expect(seq)
+		})
+	}
+}
+
+// wait waits until every record was acknowledged by the broker.
+func (p *producer) wait(timeout time.Duration) {
+	t := p.c.t
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.cancel()
+		<-p.done
+		t.Fatalf("producer did not finish within %v (%d produced)", timeout, p.count())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		t.Fatalf("produce: %v", p.err)
+	}
+}
+
+// finished reports whether the producer has written everything.
+func (p *producer) finished() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *producer) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.produced
+}
+
+func keyedRecord(seq int64, keys int) *kgo.Record {
+	return &kgo.Record{
+		Key:   fmt.Appendf(nil, "key-%d", seq%int64(keys)),
+		Value: fmt.Appendf(nil, `{"seq":%d}`, seq),
+	}
+}
+
+// commitSample is one observed change of a partition's committed offset;
+// at is taken after the fetch returned, so the commit was made before it.
+type commitSample struct {
+	at     time.Time
+	offset int64
+}
+
+// commitSampler polls the group's committed offsets for the whole scenario.
+// It keeps every change per partition for the verifier and records at once
+// a commit that moved backwards.
+type commitSampler struct {
+	adm          *kadm.Client
+	group, topic string
+
+	mu        sync.Mutex
+	samples   map[int32][]commitSample
+	decreases []string
+	polls     int
+	failures  int
+}
+
+func newCommitSampler(adm *kadm.Client, group, topic string) *commitSampler {
+	return &commitSampler{adm: adm, group: group, topic: topic, samples: make(map[int32][]commitSample)}
+}
+
+func (s *commitSampler) run(ctx context.Context) {
+	tick := time.NewTicker(samplerInterval)
+	defer tick.Stop()
+	for {
+		s.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *commitSampler) poll(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	offs, err := s.adm.FetchOffsets(fctx, s.group)
+	at := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.polls++
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		s.failures++ // the broker restarting or the coordinator loading
+		return
+	}
+	for p := range int32(faultPartitions) {
+		o, ok := offs.Lookup(s.topic, p)
+		if !ok || o.Err != nil || o.At < 0 {
+			continue
+		}
+		prev := s.samples[p]
+		if n := len(prev); n > 0 {
+			last := prev[n-1].offset
+			if o.At == last {
+				continue
+			}
+			if o.At < last {
+				s.decreases = append(s.decreases, fmt.Sprintf("partition %d: commit went from %d back to %d at %s", p, last, o.At, at.Format("15:04:05.000")))
+			}
+		}
+		s.samples[p] = append(prev, commitSample{at: at, offset: o.At})
+	}
+}
+
+// inflightMonitor samples the sink's in-flight count every 10ms, so that a
+// fault without a precise moment (a broker restart) can be bounded by the
+// most that was in flight around it.
+type inflightMonitor struct {
+	sink *testutil.Sink
+
+	mu      sync.Mutex
+	samples []inflightSample
+}
+
+type inflightSample struct {
+	at time.Time
+	n  int
+}
+
+func (m *inflightMonitor) run(ctx context.Context) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			n := m.sink.InFlight()
+			m.mu.Lock()
+			m.samples = append(m.samples, inflightSample{time.Now(), n})
+			m.mu.Unlock()
+		}
+	}
+}
+
+// maxInFlight is the most requests in flight at the sink between from and
+// to.
+func (m *inflightMonitor) maxInFlight(from, to time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	most := 0
+	for _, s := range m.samples {
+		if !s.at.Before(from) && !s.at.After(to) {
+			most = max(most, s.n)
+		}
+	}
+	return most
+}
+
+// windowBound over-approximates the duplicates a fault spread over
+// [from, to] may cause when the moment a node lost a partition is not
+// known: the most requests in flight at any moment of the window plus the
+// most completed in any unflushedWindow of it.
+func (c *cluster) windowBound(from, to time.Time) (inFlight, unflushed int) {
+	inFlight = c.inflight.maxInFlight(from, to)
+	var ends []time.Time
+	for _, d := range c.sink.Deliveries() {
+		if !d.End.Before(from.Add(-unflushedWindow)) && !d.End.After(to) {
+			ends = append(ends, d.End)
+		}
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	for i, j := 0, 0; j < len(ends); j++ {
+		for ends[j].Sub(ends[i]) > unflushedWindow {
+			i++
+		}
+		unflushed = max(unflushed, j-i+1)
+	}
+	return inFlight, unflushed
+}
+
+func newClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}

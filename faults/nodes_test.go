@@ -1,0 +1,239 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/tracking"
+)
+
+// smallLatency makes the sink take 0-4ms per request, so that requests are
+// in flight whenever a fault strikes.
+func smallLatency(d *testutil.Delivery) time.Duration {
+	return time.Duration(d.Offset%5) * time.Millisecond
+}
+
+// Nodes die with kill -9 every five seconds while 100,000 records flow: each
+// killed node is restarted at once, so three stay. Nothing is lost, keys
+// stay in order, the commit never passes an unacked offset, and duplicates
+// stay within what was in flight or unflushed at each kill.
+func TestFaultKill9EveryFiveSeconds(t *testing.T) {
+	const records, rate, every = 100_000, 2_000, 5 * time.Second
+	c := newCluster(t, "kill9", clusterConfig{latency: slowerLatency})
+	c.startNodes()
+	prod := c.produce(records, rate)
+	kills := 0
+	for !prod.finished() {
+		sleepFor(every)
+		live := c.live()
+		slot := live[c.rng.IntN(len(live))]
+		c.kill(slot)
+		c.startSlot(slot)
+		kills++
+	}
+	prod.wait(time.Minute)
+	o := c.finish()
+	if o.records != records {
+		t.Errorf("%d records in the log, want %d", o.records, records)
+	}
+	t.Logf("  %d kills; node logs: %v", kills, c.logLines("partitions lost", "partition claimed", "fenced"))
+}
+
+// A rolling restart with SIGTERM hands every partition over gracefully: a
+// node drains, flushes, commits and releases before it leaves, so no record
+// is delivered twice.
+func TestFaultRollingRestartIsGraceful(t *testing.T) {
+	const records, rate = 30_000, 1_000
+	c := newCluster(t, "rolling", clusterConfig{latency: slowerLatency})
+	c.startNodes()
+	prod := c.produce(records, rate)
+	sleepFor(5 * time.Second)
+	for slot := range c.slots {
+		c.restartGracefully(slot)
+	}
+	prod.wait(time.Minute)
+	o := c.finish()
+	if o.duplicates != 0 {
+		t.Errorf("%d duplicates after a graceful rolling restart, want 0", o.duplicates)
+	}
+	t.Logf("  node logs: %v", c.logLines("partitions revoked", "partitions lost", "drain deadline passed", "fenced"))
+}
+
+// slowerLatency makes the sink take 10-50ms per request: handovers then
+// have real work to drain, which widens every race between a node letting
+// go of a partition and the next one taking it.
+func slowerLatency(d *testutil.Delivery) time.Duration {
+	return time.Duration(10+d.Offset%41) * time.Millisecond
+}
+
+// Nodes join or leave (SIGTERM) every two seconds for a minute while records
+// flow: every handover is graceful, so nothing is delivered twice.
+func TestFaultRebalanceStorm(t *testing.T) {
+	const records, rate = 60_000, 1_000
+	const storm, every = time.Minute, 2 * time.Second
+	c := newCluster(t, "rebalance-storm", clusterConfig{latency: slowerLatency})
+	c.startNodes()
+	prod := c.produce(records, rate)
+	leaving := map[int]bool{}
+	joins, leaves := 0, 0
+	end := time.Now().Add(storm)
+	for time.Now().Before(end) {
+		sleepFor(every)
+		var active []int
+		for _, s := range c.live() {
+			if !leaving[s] {
+				active = append(active, s)
+			}
+		}
+		join := len(active) <= 2 || len(active) < 4 && c.rng.IntN(2) == 0
+		if join {
+			c.addNode()
+			joins++
+			continue
+		}
+		slot := active[c.rng.IntN(len(active))]
+		c.terminate(slot, false)
+		leaving[slot] = true
+		leaves++
+	}
+	prod.wait(time.Minute)
+	o := c.finish()
+	if o.duplicates != 0 {
+		t.Errorf("%d duplicates after graceful joins and leaves, want 0", o.duplicates)
+	}
+	t.Logf("  %d joins, %d leaves in %v; node logs: %v", joins, leaves, storm,
+		c.logLines("partitions revoked", "partitions lost", "drain deadline passed", "fenced"))
+}
+
+// ownerSample is one reading of a partition's tracking state.
+type ownerSample struct {
+	at    time.Time
+	owner string
+	epoch int64
+	gen   int32
+}
+
+// A zombie cannot corrupt the new owner's state or commit: the owner of a
+// partition is stopped (SIGSTOP) with deliveries in flight for twice the
+// session timeout, the group gives the partition to another node, then the
+// zombie resumes and receives its late answers. Its tracking writes must
+// be refused (owner and epoch never go back to it) and its commits too (the
+// commit never moves backwards nor passes an unacked offset).
+func TestFaultZombieIsFenced(t *testing.T) {
+	const records, rate = 30_000, 600
+	const slowFor = 3 * time.Second
+	var slow atomic.Int32
+	slow.Store(-1)
+	c := newCluster(t, "zombie", clusterConfig{latency: func(d *testutil.Delivery) time.Duration {
+		if d.Partition == slow.Load() {
+			return slowFor
+		}
+		return smallLatency(d)
+	}})
+	c.startNodes()
+	prod := c.produce(records, rate)
+
+	victim := int32(c.rng.IntN(faultPartitions))
+	pk := tracking.PartitionKey{Subscription: c.sub.ID, Topic: c.topic, Partition: victim}
+	var mu sync.Mutex
+	var samples []ownerSample
+	ctx, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for ctx.Err() == nil {
+			st, err := c.tracker.Load(ctx, []tracking.PartitionKey{pk})
+			if s, ok := st[pk]; err == nil && ok {
+				mu.Lock()
+				samples = append(samples, ownerSample{time.Now(), s.Owner, s.Epoch, s.Generation})
+				mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() {
+		stopSampling()
+		<-sampled
+	})
+
+	// Wait until the victim partition's owner is settled and has
+	// deliveries in flight at the now slow sink.
+	sleepFor(8 * time.Second)
+	slow.Store(victim)
+	var zombie *testutil.Process
+	var zombieGen int32
+	const wantInFlight = 10
+	waitFor(t, 30*time.Second, fmt.Sprintf("partition %d has an owner with %d deliveries in flight", victim, wantInFlight), func() bool {
+		st, err := c.tracker.Load(context.Background(), []tracking.PartitionKey{pk})
+		s := st[pk]
+		if err != nil || s.InFlight < wantInFlight {
+			return false
+		}
+		for _, slot := range c.live() {
+			if c.slots[slot].Name == s.Owner {
+				zombie, zombieGen = c.slots[slot], s.Generation
+				return true
+			}
+		}
+		return false
+	})
+	stoppedAt := time.Now()
+	inFlight := c.sink.InFlight()
+	zombie.Signal(syscall.SIGSTOP)
+	unflushed := c.sink.CompletedSince(stoppedAt.Add(-unflushedWindow))
+	c.addBound(inFlight+unflushed, fmt.Sprintf("SIGSTOP %s: %d in flight + %d completed in the last %v", zombie.Name, inFlight, unflushed, unflushedWindow))
+	t.Logf("  stopped %s, owner of partition %d (generation %d), for %v with %d requests in flight at the sink", zombie.Name, victim, zombieGen, 2*faultSession, inFlight)
+	sleepFor(2 * faultSession)
+	slow.Store(-1)
+	zombie.Signal(syscall.SIGCONT)
+	resumedAt := time.Now()
+	prod.wait(2 * time.Minute)
+	c.finish()
+	stopSampling()
+	<-sampled
+
+	mu.Lock()
+	defer mu.Unlock()
+	var takenAt time.Time
+	var newOwner string
+	var lastEpoch int64
+	for _, s := range samples {
+		if s.epoch < lastEpoch {
+			t.Errorf("partition %d: epoch went back from %d to %d at %s (owner %q)", victim, lastEpoch, s.epoch, s.at.Format("15:04:05.000"), s.owner)
+		}
+		lastEpoch = max(lastEpoch, s.epoch)
+		if s.at.Before(stoppedAt) {
+			continue
+		}
+		if takenAt.IsZero() && s.owner != "" && s.owner != zombie.Name {
+			takenAt, newOwner = s.at, s.owner
+			continue
+		}
+		// After the takeover, the zombie may own the partition again only
+		// through a new claim in a newer group generation, never through
+		// its old membership.
+		if !takenAt.IsZero() && s.owner == zombie.Name && s.gen <= zombieGen {
+			t.Errorf("partition %d: owner back to the zombie %s (generation %d, epoch %d) at %s", victim, zombie.Name, s.gen, s.epoch, s.at.Format("15:04:05.000"))
+		}
+	}
+	if takenAt.IsZero() {
+		t.Fatalf("partition %d was never taken over from %s while it was stopped", victim, zombie.Name)
+	}
+	if takenAt.After(resumedAt) {
+		t.Errorf("partition %d was taken over only at %s, after the zombie resumed at %s", victim, takenAt.Format("15:04:05.000"), resumedAt.Format("15:04:05.000"))
+	}
+	t.Logf("  partition %d taken over by %s %.1fs after SIGSTOP; %d state samples; zombie log: %v",
+		victim, newOwner, takenAt.Sub(stoppedAt).Seconds(), len(samples), zombieLog(c, zombie))
+}
+
+// zombieLog counts what the zombie logged about being fenced.
+func zombieLog(c *cluster, zombie *testutil.Process) map[string]int {
+	sub := &cluster{procs: []*testutil.Process{zombie}}
+	return sub.logLines("partitions lost", "fenced", "commit failed", "claim failed")
+}

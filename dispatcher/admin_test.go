@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +39,17 @@ func newAdminFor(t *testing.T, brokers []string, store *subscription.Store, trac
 // forgotten, and exactly the records from that time on are delivered
 // again, each once more.
 func TestSeekToTimestampRedeliversExactlyFromThere(t *testing.T) {
-	brokers := testutil.Kfake(t, 2, "seek")
+	kafkaTiers(t, 2, []string{"seek"}, func(t *testing.T, brokers []string) {
+		topic := "seek"
+		if !strings.HasSuffix(t.Name(), "/kfake") {
+			topic = uniqueTopic(t, "seek")
+			testutil.CreateTopics(t, brokers, 2, topic)
+		}
+		testSeek(t, brokers, topic)
+	})
+}
+
+func testSeek(t *testing.T, brokers []string, topic string) {
 	rdb := testutil.StartRedis(t).Client()
 	sink := testutil.StartSink(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -49,7 +60,7 @@ func TestSeekToTimestampRedeliversExactlyFromThere(t *testing.T) {
 	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	const n, from = 100, 60
 	for i := range n {
-		rec := &kgo.Record{Topic: "seek", Partition: int32(i % 2), Key: fmt.Appendf(nil, "k%d", i%5),
+		rec := &kgo.Record{Topic: topic, Partition: int32(i % 2), Key: fmt.Appendf(nil, "k%d", i%5),
 			Value: fmt.Appendf(nil, "%d", i), Timestamp: base.Add(time.Duration(i) * time.Second)}
 		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -60,7 +71,7 @@ func TestSeekToTimestampRedeliversExactlyFromThere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := &subscription.Subscription{Name: "seek", Topics: []string{"seek"}, Endpoint: subscription.Endpoint{URL: sink.URL}, MaxInFlight: 8}
+	sub := &subscription.Subscription{Name: "seek", Topics: []string{topic}, Endpoint: subscription.Endpoint{URL: sink.URL}, MaxInFlight: 8}
 	if err := store.Create(context.Background(), sub); err != nil {
 		t.Fatal(err)
 	}

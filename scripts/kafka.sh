@@ -271,7 +271,7 @@ bind_clash() { new_log | grep -q 'Address already in use'; }
 
 report_started() {
 	local broker_port=$1 started=$2 version
-	version=$(new_log | sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' | head -n 1)
+	version=$(new_log | sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' | sed -n 1p)
 	log "Apache Kafka ${version:-unknown version} (KRaft broker+controller, node 1, pid $(<"$PID_FILE"), ready in $((SECONDS - started)) s)"
 	log "broker log: $BROKER_LOG"
 	printf 'KEYHOOK_TEST_KAFKA_BROKERS=127.0.0.1:%s\n' "$broker_port"

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -433,5 +435,48 @@ func TestDeliverWaitsForTheEndpointsSlotAndGivesUpWithItsContext(t *testing.T) {
 	res = c.Deliver(context.Background(), &webhooks.Request{URL: ep.URL}, webhooks.RetryPolicy{}, nil)
 	if res.Outcome != webhooks.OutcomeSuccess || lim.InFlight() != 0 {
 		t.Errorf("Deliver after release = %s with %d in flight, want success and 0", res.Outcome, lim.InFlight())
+	}
+}
+
+// The limiter's state is visible as gauges, one series per origin.
+func TestLimiterMetricsShowEachOrigin(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	ls, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := webhooks.RegisterLimiterMetrics(mp.Meter("test"), ls); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ls.For("https://fn.example.com/hook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(200)
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+				origin, _ := dp.Attributes.Value("server.address")
+				got[m.Name+" "+origin.AsString()] = dp.Value
+			}
+		}
+	}
+	want := map[string]int64{
+		"keyhook.endpoint.concurrency_limit https://fn.example.com:443": 7,
+		"keyhook.endpoint.in_flight https://fn.example.com:443":         1,
+		"keyhook.endpoint.waiting https://fn.example.com:443":           0,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("limiter gauges (-want +got):\n%s", diff)
 	}
 }

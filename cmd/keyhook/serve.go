@@ -102,6 +102,9 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 		if err != nil {
 			return flagError("serve", "endpoint-concurrency", err.Error())
 		}
+		if err := webhooks.RegisterLimiterMetrics(tel.Meter.Meter("github.com/keyhook/keyhook/webhooks"), limiters); err != nil {
+			return err
+		}
 		sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: c.RequestTimeout, Limiters: limiters})
 		if err != nil {
 			return err

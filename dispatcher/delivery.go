@@ -72,8 +72,12 @@ func (g *group) deliver(rec *record) bool {
 	ctx, span := g.startDelivery(rec.w.deliverCtx, rec, id)
 	req, reqErr := g.request(rec, id)
 	if req != nil {
-		// The endpoint continues the delivery's trace.
+		// The endpoint continues the delivery's trace (the sender replaces
+		// this with its attempt span's context when it traces too).
 		g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+		if span.IsRecording() {
+			req.SpanAttributes = attemptAttrs(g, rec, id)
+		}
 	}
 	retrying := false
 	onAttempt := func(a webhooks.Attempt) {

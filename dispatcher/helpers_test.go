@@ -91,10 +91,6 @@ func startNodeWith(t *testing.T, brokers []string, rdb redis.UniversalClient, su
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := dispatcher.Config{
 		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
 		Brokers:        brokers,
@@ -105,6 +101,11 @@ func startNodeWith(t *testing.T, brokers []string, rdb redis.UniversalClient, su
 	}
 	if mod != nil {
 		mod(&cfg)
+	}
+	sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Timeout: 10 * time.Second,
+		TracerProvider: cfg.TracerProvider})
+	if err != nil {
+		t.Fatal(err)
 	}
 	n, err := dispatcher.New(cfg, subs, sender, tracker)
 	if err != nil {

@@ -252,6 +252,19 @@ func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID strin
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
+// attemptAttrs are the messaging attributes each attempt span carries.
+func attemptAttrs(g *group, rec *record, deliveryID string) []attribute.KeyValue {
+	r := rec.r
+	return []attribute.KeyValue{
+		semconv.MessagingSystemKafka,
+		semconv.MessagingDestinationName(r.Topic),
+		semconv.MessagingDestinationPartitionID(strconv.FormatInt(int64(r.Partition), 10)),
+		semconv.MessagingKafkaOffset(int(r.Offset)),
+		semconv.MessagingConsumerGroupName(g.sub.GroupID()),
+		semconv.MessagingMessageID(deliveryID),
+	}
+}
+
 // observeAttempt records one attempt in metrics and, when it will be
 // retried, as an event on the delivery span.
 func (g *group) observeAttempt(ctx context.Context, span trace.Span, a webhooks.Attempt) {

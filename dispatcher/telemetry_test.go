@@ -110,33 +110,66 @@ func TestDeliveryContinuesTheProducersTrace(t *testing.T) {
 			t.Errorf("offset %d attempt %d: traceparent trace %s, want %s", d.Offset, d.Attempt, sc.TraceID(), want)
 		}
 	}
-	// Wait for the three delivery spans (the dead letter ends last).
+	// Wait for the three delivery spans (the dead letter ends last) and
+	// their four attempt spans (offset 1 is tried twice).
 	deadline := time.Now().Add(20 * time.Second)
-	for len(spans.GetSpans()) < 3 && time.Now().Before(deadline) {
+	for len(spans.GetSpans()) < 7 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	got := spans.GetSpans()
-	if len(got) != 3 {
-		t.Fatalf("%d spans, want 3 delivery spans", len(got))
+	var deliveries, attempts []tracetest.SpanStub
+	for _, s := range spans.GetSpans() {
+		switch s.SpanKind {
+		case trace.SpanKindConsumer:
+			deliveries = append(deliveries, s)
+		case trace.SpanKindClient:
+			attempts = append(attempts, s)
+		}
+	}
+	if len(deliveries) != 3 || len(attempts) != 4 {
+		t.Fatalf("%d delivery and %d attempt spans, want 3 and 4", len(deliveries), len(attempts))
 	}
 	byOffset := map[int64]tracetest.SpanStub{}
-	for _, s := range got {
-		if s.Name != "process traced" || s.SpanKind != trace.SpanKindConsumer {
-			t.Errorf("span %q kind %v, want \"process traced\" consumer", s.Name, s.SpanKind)
+	bySpanID := map[trace.SpanID]tracetest.SpanStub{}
+	for _, s := range deliveries {
+		if s.Name != "process traced" {
+			t.Errorf("delivery span %q, want \"process traced\"", s.Name)
 		}
 		if s.Parent.SpanID() != producerSpan.SpanContext().SpanID() || s.SpanContext.TraceID() != want {
 			t.Errorf("span %q parent %s trace %s, want the producer's span %s", s.Name, s.Parent.SpanID(), s.SpanContext.TraceID(), producerSpan.SpanContext().SpanID())
 		}
-		attrs := map[attribute.Key]attribute.Value{}
-		for _, a := range s.Attributes {
-			attrs[a.Key] = a.Value
-		}
+		attrs := spanAttrs(s)
 		for _, k := range []attribute.Key{"messaging.system", "messaging.destination.name", "messaging.destination.partition.id", "messaging.kafka.offset", "messaging.consumer.group.name", "messaging.message.id", "messaging.kafka.message.key"} {
 			if _, ok := attrs[k]; !ok {
-				t.Errorf("span lacks attribute %s", k)
+				t.Errorf("delivery span lacks attribute %s", k)
 			}
 		}
 		byOffset[attrs["messaging.kafka.offset"].AsInt64()] = s
+		bySpanID[s.SpanContext.SpanID()] = s
+	}
+	perDelivery := map[trace.SpanID]int{}
+	attemptIDs := map[trace.SpanID]bool{}
+	for _, a := range attempts {
+		if _, ok := bySpanID[a.Parent.SpanID()]; !ok || a.Name != "POST" {
+			t.Errorf("attempt span %q is not a child of a delivery span", a.Name)
+		}
+		perDelivery[a.Parent.SpanID()]++
+		attemptIDs[a.SpanContext.SpanID()] = true
+		attrs := spanAttrs(a)
+		for _, k := range []attribute.Key{"http.request.method", "http.response.status_code", "server.address", "server.port", "url.full", "messaging.system", "messaging.destination.name", "messaging.kafka.offset", "messaging.message.id"} {
+			if _, ok := attrs[k]; !ok {
+				t.Errorf("attempt span lacks attribute %s", k)
+			}
+		}
+	}
+	if n := perDelivery[byOffset[1].SpanContext.SpanID()]; n != 2 {
+		t.Errorf("the retried delivery has %d attempt spans, want 2", n)
+	}
+	// The endpoint's parent is the attempt that reached it.
+	for _, d := range sink.Deliveries() {
+		sc := trace.SpanContextFromContext(prop.Extract(context.Background(), propagation.HeaderCarrier(d.Header)))
+		if !attemptIDs[sc.SpanID()] {
+			t.Errorf("offset %d attempt %d: traceparent span %s is not an attempt span", d.Offset, d.Attempt, sc.SpanID())
+		}
 	}
 	if ev := eventNames(byOffset[1]); !strings.Contains(ev, "retry") {
 		t.Errorf("retried delivery has events %q, want a retry", ev)
@@ -166,6 +199,14 @@ func TestDeliveryContinuesTheProducersTrace(t *testing.T) {
 			t.Errorf("%s = %d, want %d (all: %v)", name, sums[name], want, sums)
 		}
 	}
+}
+
+func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+	attrs := map[attribute.Key]attribute.Value{}
+	for _, a := range s.Attributes {
+		attrs[a.Key] = a.Value
+	}
+	return attrs
 }
 
 func eventNames(s tracetest.SpanStub) string {

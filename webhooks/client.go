@@ -14,6 +14,11 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // Defaults of ClientConfig, applied to fields left at their zero value.
@@ -94,6 +99,11 @@ type ClientConfig struct {
 	MaxIdleConnsPerHost int
 	// Clock times attempts and backoff waits. Nil means the system clock.
 	Clock Clock
+	// TracerProvider receives a client span per attempt. Nil: no spans.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the attempt's trace context into each request.
+	// Nil means W3C trace context.
+	Propagator propagation.TextMapPropagator
 	// FollowRedirects is how many redirects one attempt follows. Default
 	// 0: none, a 3xx is the attempt's answer (and final). Only 307 and 308
 	// are followed, since the others turn the POST into a GET without its
@@ -112,10 +122,12 @@ type ClientConfig struct {
 // Client sends webhook requests. It is safe for concurrent use; create one
 // and share it, so connections are pooled across deliveries.
 type Client struct {
-	cfg   ClientConfig
-	http  *http.Client
-	tr    *http.Transport
-	clock Clock
+	cfg    ClientConfig
+	http   *http.Client
+	tr     *http.Transport
+	clock  Clock
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
 }
 
 // NewClient returns a Client whose dialer checks every destination address
@@ -196,7 +208,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:     idleConnTimeout,
 	}
-	c := &Client{cfg: cfg, tr: tr, clock: clock}
+	tp, prop := cfg.TracerProvider, cfg.Propagator
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	if prop == nil {
+		prop = propagation.TraceContext{}
+	}
+	c := &Client{cfg: cfg, tr: tr, clock: clock, tracer: tp.Tracer(instrumentation), prop: prop}
 	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	return c, nil
 }
@@ -230,6 +249,9 @@ type Request struct {
 	Auth *Auth
 	// Timeout bounds each attempt; zero means the client's Timeout.
 	Timeout time.Duration
+	// SpanAttributes are added to each attempt's span (the caller's
+	// context: what is being delivered).
+	SpanAttributes []attribute.KeyValue
 }
 
 // Attempt is the result of one request.
@@ -280,6 +302,8 @@ func (c *Client) timeout(r *Request) time.Duration {
 
 // send fills a with the outcome of one request.
 func (c *Client) send(ctx context.Context, r *Request, a *Attempt) {
+	ctx, span := c.startAttempt(ctx, r, a.Number)
+	defer endAttempt(span, a)
 	actx, cancel := context.WithTimeout(ctx, c.timeout(r))
 	defer cancel()
 	req, err := c.newRequest(actx, r, a.Number, a.Started)
@@ -287,6 +311,7 @@ func (c *Client) send(ctx context.Context, r *Request, a *Attempt) {
 		a.Err = err
 		return
 	}
+	c.inject(ctx, req.Header)
 
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -105,7 +105,8 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 		if err := webhooks.RegisterLimiterMetrics(tel.Meter.Meter("github.com/keyhook/keyhook/webhooks"), limiters); err != nil {
 			return err
 		}
-		sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: c.RequestTimeout, Limiters: limiters})
+		sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: c.RequestTimeout, Limiters: limiters,
+			TracerProvider: tel.Tracer, Propagator: tel.Propagator})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,68 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+const instrumentation = "github.com/keyhook/keyhook/webhooks"
+
+// startAttempt opens the client span of one attempt, a child of whatever
+// span ctx carries (the caller's delivery span), with the HTTP client
+// semantic conventions and the caller's own attributes.
+func (c *Client) startAttempt(ctx context.Context, r *Request, attempt int) (context.Context, trace.Span) {
+	attrs := make([]attribute.KeyValue, 0, 6+len(r.SpanAttributes))
+	attrs = append(attrs, semconv.HTTPRequestMethodPost, semconv.URLFull(redactURL(r.URL)))
+	if u, err := url.Parse(r.URL); err == nil {
+		host, port := u.Hostname(), u.Port()
+		if port == "" {
+			port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+		}
+		attrs = append(attrs, semconv.ServerAddress(host))
+		if p, err := strconv.Atoi(port); err == nil {
+			attrs = append(attrs, semconv.ServerPort(p))
+		}
+	}
+	if attempt > 1 {
+		attrs = append(attrs, semconv.HTTPRequestResendCount(attempt-1))
+	}
+	attrs = append(attrs, r.SpanAttributes...)
+	return c.tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+}
+
+// endAttempt records the attempt's outcome on its span and ends it.
+func endAttempt(span trace.Span, a *Attempt) {
+	if a.Status > 0 {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(a.Status))
+	}
+	switch {
+	case a.Err != nil:
+		var ne net.Error
+		kind := "error"
+		if errors.As(a.Err, &ne) && ne.Timeout() || errors.Is(a.Err, context.DeadlineExceeded) {
+			kind = "timeout"
+		}
+		span.SetAttributes(semconv.ErrorTypeKey.String(kind))
+		span.SetStatus(codes.Error, a.Err.Error())
+	case a.Status >= 400:
+		span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(a.Status)))
+		span.SetStatus(codes.Error, http.StatusText(a.Status))
+	}
+	span.End()
+}
+
+// inject writes the attempt's trace context into the outgoing request, so
+// the endpoint's spans are children of the attempt.
+func (c *Client) inject(ctx context.Context, h http.Header) {
+	c.prop.Inject(ctx, propagation.HeaderCarrier(h))
+}

@@ -50,9 +50,9 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	go func() { _ = endpointSrv.Serve(ln) }()
 
 	c.KafkaBrokers = cluster.ListenAddrs()
-	c.AllowPrivateEndpoints = true
+	c.AllowPrivateEndpoints = true // the demo endpoint is on loopback
 	// --traces-exporter console prints spans next to the summary.
-	c.console = stdout // the demo endpoint is on loopback
+	c.console = stdout
 	log := c.logger(stderr)
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(c.KafkaBrokers...))

@@ -291,24 +291,28 @@ func message(sub *subscription.Subscription, r *kgo.Record, deliveryID string) *
 	}
 }
 
+// signerState is a signer and the time it stops being right.
+type signerState struct {
+	signer *webhooks.Signer
+	until  time.Time // zero: until the subscription changes
+}
+
 // signer returns the subscription's signer, rebuilt when a rotated-out
-// secret expires.
+// secret expires. Two deliveries racing at the expiry both rebuild the
+// same signer; either result is right.
 func (g *group) signer() *webhooks.Signer {
-	g.signMu.Lock()
-	defer g.signMu.Unlock()
 	now := time.Now()
-	if g.signerBuilt && (g.signerUntil.IsZero() || now.Before(g.signerUntil)) {
-		return g.signerCache
+	if st := g.signing.Load(); st != nil && (st.until.IsZero() || now.Before(st.until)) {
+		return st.signer
 	}
-	g.signerCache = g.sub.Signer(now)
-	g.signerUntil = time.Time{}
+	st := &signerState{signer: g.sub.Signer(now)}
 	for _, sec := range g.sub.Signing.Secrets {
-		if sec.ExpiresAt != nil && sec.ExpiresAt.After(now) && (g.signerUntil.IsZero() || sec.ExpiresAt.Before(g.signerUntil)) {
-			g.signerUntil = *sec.ExpiresAt
+		if sec.ExpiresAt != nil && sec.ExpiresAt.After(now) && (st.until.IsZero() || sec.ExpiresAt.Before(st.until)) {
+			st.until = *sec.ExpiresAt
 		}
 	}
-	g.signerBuilt = true
-	return g.signerCache
+	g.signing.Store(st)
+	return st.signer
 }
 
 // deadLetter writes the record to the dead-letter topic with why it failed.

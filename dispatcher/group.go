@@ -41,11 +41,9 @@ type group struct {
 	policy  webhooks.RetryPolicy
 	auth    *webhooks.Auth
 	timeout time.Duration
-	// signerCache is rebuilt when a rotated-out secret expires.
-	signMu      sync.Mutex
-	signerCache *webhooks.Signer
-	signerBuilt bool
-	signerUntil time.Time
+	// signing is the signer of the moment, read by every delivery without
+	// a lock and rebuilt when a rotated-out secret expires.
+	signing atomic.Pointer[signerState]
 	// Metric attribute sets, built once so the hot path allocates none.
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -29,6 +31,9 @@ const (
 	DLQHeaderFirstAttempt = "keyhook-first-attempt"
 	DLQHeaderLastAttempt  = "keyhook-last-attempt"
 	DLQHeaderDeliveryID   = "keyhook-delivery-id"
+	// DLQHeaderValueDropped, when present, says the value (of this many
+	// bytes) was too large for the dead-letter topic and was left out.
+	DLQHeaderValueDropped = "keyhook-value-dropped"
 )
 
 // DeliveryID names one delivery of one record to one subscription. It is
@@ -351,6 +356,17 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 			return true
 		}
 		g.countError("dead_letter")
+		if (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)) && out.Value != nil {
+			// The dead-letter topic takes smaller records than the source
+			// did: keep the record's place and why it failed, without its
+			// value, rather than block the key forever.
+			g.log.Error("record too large for the dead-letter topic; dead-lettering it without its value",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "dead_letter_topic", topic,
+				"value_bytes", len(r.Value), "trace_id", traceID)
+			out.Headers = append(out.Headers, kgo.RecordHeader{Key: DLQHeaderValueDropped, Value: []byte(strconv.Itoa(len(r.Value)))})
+			out.Value = nil
+			continue
+		}
 		g.log.Error("dead-letter write failed; retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 			"dead_letter_topic", topic, "err", err, "trace_id", traceID)
 		if !sleepCtx(ctx, wait) {

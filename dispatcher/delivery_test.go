@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -172,5 +173,64 @@ func TestDeliveriesAreSignedAndVerifyAcrossRotation(t *testing.T) {
 					d.Offset, err, d.Header.Get("webhook-signature"))
 			}
 		}
+	}
+}
+
+// A dead letter the dead-letter topic cannot take (its max.message.bytes
+// is smaller) is written without its value, saying so, rather than block
+// its key forever: the partition's commit still reaches the end.
+func TestTooLargeDeadLetterIsKeptWithoutItsValue(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "big")
+	rdb := testutil.StartRedis(t).Client()
+	adm := newAdmin(t, brokers)
+	small := "1024"
+	if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"max.message.bytes": &small}, "big.keyhook.dlq"); err != nil {
+		t.Fatal(err)
+	}
+	sink := testutil.StartSink(t)
+	sink.Status = func(d *testutil.Delivery) int {
+		if d.Offset == 1 {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 3 {
+		value := make([]byte, 4096)
+		_, _ = rand.Read(value) // incompressible, so the batch stays large
+		rec := &kgo.Record{Topic: "big", Key: []byte("k"), Value: value}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
+	sub := newSub("big", "big", sink.URL, subscription.OrderKey, 2)
+	sub.DeadLetterTopic = ""
+	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 3}, 30*time.Second)
+
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("big.keyhook.dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got *kgo.Record
+	for got == nil && ctx.Err() == nil {
+		consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = r })
+	}
+	if got == nil {
+		t.Fatal("no dead letter")
+	}
+	h := map[string]string{}
+	for _, x := range got.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if len(got.Value) != 0 || h[dispatcher.DLQHeaderValueDropped] != "4096" || h[dispatcher.DLQHeaderOffset] != "1" {
+		t.Errorf("dead letter value %d bytes, headers %v; want no value, %s=4096, offset 1", len(got.Value), h, dispatcher.DLQHeaderValueDropped)
 	}
 }

@@ -1,0 +1,42 @@
+// Command bench measures keyhook against what users run today and against
+// what the machine allows, on one machine, in one process tree.
+//
+//	go run ./bench                      # every scenario, ~10–15 minutes on 2 cores
+//	go run ./bench -scenarios 1,3       # some of them (2 is 2a and 2b)
+//	go run ./bench -quick               # a CI-sized smoke run
+//	go run ./bench -records 20000       # override every scenario's record count
+//	go run ./bench -contenders key,ceiling-a -profile   # pprof of the keyhook runs
+//
+// Other flags: -out (default bench/results), -latency fixed|uniform|lognormal
+// for the 50 ms endpoint, -error-rate, and keyhook settings other than the
+// ones cmd/keyhook uses: -max-window (the partition window),
+// -flush-interval (tracking flushes) and -idle-conns (the webhooks
+// client's idle connection pool).
+//
+// The parent process owns the shared parts: a Kafka (franz-go's kfake in
+// process, or the broker named by KEYHOOK_TEST_KAFKA_BROKERS), a real
+// redis-server it starts itself, an HTTP sink whose latency distribution,
+// error rate and one hot, slow or failing key are configurable, and the
+// producer that preloads each scenario's records. Every contender runs as
+// a child process (the bench binary re-executed in a contender mode), so
+// the CPU time, peak memory and heap measured are the contender's alone:
+//
+//   - baseline: a plain franz-go group consumer posting one record at a
+//     time per partition, committing as it goes;
+//   - keyhook: an in-process dispatcher.Node with the real tracking.Store on
+//     the real redis-server and the real webhooks.Client, with ordering
+//     key, partition and none;
+//   - ceiling A: the same webhooks.Client posting the same requests with the
+//     same concurrency, without Kafka or Redis;
+//   - ceiling B: consuming the same records without HTTP.
+//
+// The sink records, for every record, when it was first answered 2xx and
+// the end-to-end latency from the record's timestamp (carried in the body),
+// and checks per-key order. The results are written as a markdown table
+// per scenario with the targets marked PASS or MISS (results.md) and a bar
+// chart of the throughputs (throughput.png).
+//
+// The package owns the harness only: it must not know keyhook's internals
+// beyond the exported API of dispatcher, tracking, webhooks and
+// subscription, which it wires the way cmd/keyhook does.
+package main

@@ -141,9 +141,11 @@ type Limiter struct {
 	// last decrease: the concurrency that made the endpoint throttle, and
 	// so what the next decrease halves when the limit itself is far above
 	// it (a max of 1000 with 10 requests in flight halves to 5, not 500).
-	peak    int
-	epoch   uint64 // counts decreases
-	waiters list.List
+	peak  int
+	epoch uint64 // counts decreases
+	// throttled counts 429/503 answers to requests of the current epoch.
+	throttled int
+	waiters   list.List
 }
 
 // waiter is an Acquire call waiting for a slot. granted and epoch are set
@@ -264,7 +266,14 @@ func (l *Limiter) release(epoch uint64, status int) {
 	defer l.mu.Unlock()
 	switch {
 	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		// One throttled request is not overload: a single record that an
+		// endpoint answers 503 again and again must not starve every other
+		// key. A decrease takes throttles from two requests of one epoch.
 		if epoch == l.epoch {
+			l.throttled++
+		}
+		if epoch == l.epoch && l.throttled >= 2 {
+			l.throttled = 0
 			l.limit = max(1, min(l.limit, float64(l.peak))*decreaseFactor)
 			l.epoch++
 			// Requests still in flight from before were sent under the

@@ -89,10 +89,14 @@ func TestLimiterHalvesOncePerOverloadAndGrowsBackGradually(t *testing.T) {
 	// from the 4 requests that were in flight rather than from a limit of
 	// 7 that was never used.
 	held[0](http.StatusServiceUnavailable)
+	if got := l.Limit(); got != 7 {
+		t.Errorf("after one throttled request Limit() = %d, want still 7: one request is not overload", got)
+	}
+	held[1](http.StatusServiceUnavailable)
 	if got := l.Limit(); got != 2 {
 		t.Errorf("after a second overload Limit() = %d, want 2 (half of the 4 in flight)", got)
 	}
-	for _, release := range held[1:] {
+	for _, release := range held[2:] {
 		release(http.StatusOK)
 	}
 	if got := l.InFlight(); got != 0 {
@@ -130,11 +134,12 @@ func TestLimiterWithoutMaxCountsUntilTheFirstThrottle(t *testing.T) {
 	}
 
 	held[0](http.StatusTooManyRequests)
+	held[1](http.StatusTooManyRequests)
 
 	if got := l.Limit(); got != 5 {
-		t.Errorf("Limit() = %d after a throttle at 10 in flight, want 5", got)
+		t.Errorf("Limit() = %d after throttles at 10 in flight, want 5", got)
 	}
-	for _, release := range held[1:] {
+	for _, release := range held[2:] {
 		release(0) // no response: says nothing about the endpoint's capacity
 	}
 	if got := l.Limit(); got != 5 {
@@ -193,9 +198,13 @@ func TestLimiterServesWaitersInOrderAndForgetsThoseWhoLeave(t *testing.T) {
 
 func TestLimiterReleaseTwiceCountsOnce(t *testing.T) {
 	l := newLimiter(t, 2)
-	release := acquire(t, l)
+	release, other := acquire(t, l), acquire(t, l)
 	release(http.StatusTooManyRequests)
 	release(http.StatusTooManyRequests)
+	if got := []int{l.InFlight(), l.Limit()}; !cmp.Equal(got, []int{1, 2}) {
+		t.Errorf("InFlight, Limit = %v, want [1 2]: the second release of one request counts for nothing", got)
+	}
+	other(http.StatusTooManyRequests)
 	if got := []int{l.InFlight(), l.Limit()}; !cmp.Equal(got, []int{0, 1}) {
 		t.Errorf("InFlight, Limit = %v, want [0 1]", got)
 	}
@@ -478,5 +487,32 @@ func TestLimiterMetricsShowEachOrigin(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("limiter gauges (-want +got):\n%s", diff)
+	}
+}
+
+// Retries of one delivery that the endpoint keeps answering 503 do not
+// lower the endpoint's limit: one failing record must not starve every
+// other key sharing the endpoint.
+func TestOneDeliveryRetryingDoesNotLowerTheLimit(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	ls, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: ls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := c.Deliver(context.Background(), &webhooks.Request{URL: srv.URL}, webhooks.RetryPolicy{
+		InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1, RandomizationFactor: 1e-9, MaxAttempts: 8}, nil)
+	if res.Attempts != 8 {
+		t.Fatalf("attempts = %d, want 8", res.Attempts)
+	}
+	l, _ := ls.For(srv.URL)
+	if got := l.Limit(); got != 64 {
+		t.Errorf("after 8 throttled attempts of one delivery the limit is %d, want 64", got)
 	}
 }

@@ -190,7 +190,13 @@ func (c *Client) sendLimited(ctx context.Context, r *Request, n int) (Attempt, e
 		return Attempt{}, err
 	}
 	a := c.Send(ctx, r, n)
-	release(a.Status)
+	status := a.Status
+	if n > 1 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+		// A retry answered the same says nothing new about the endpoint's
+		// load: only first attempts may lower the limit.
+		status = 0
+	}
+	release(status)
 	return a, nil
 }
 

@@ -235,7 +235,13 @@ func (c recordCarrier) Keys() []string {
 func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID string) (context.Context, trace.Span) {
 	r := rec.r
 	ctx = g.tel.prop.Extract(ctx, recordCarrier{r})
-	attrs := []attribute.KeyValue{
+	ctx, span := g.tel.tracer.Start(ctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer))
+	// Attributes cost allocations on every record; only a recorded span
+	// gets them, so tracing off stays nearly free.
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	span.SetAttributes(
 		semconv.MessagingSystemKafka,
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingDestinationName(r.Topic),
@@ -244,12 +250,11 @@ func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID strin
 		semconv.MessagingConsumerGroupName(g.sub.GroupID()),
 		semconv.MessagingMessageID(deliveryID),
 		attrSubscription.String(g.sub.ID),
-	}
+	)
 	if r.Key != nil && utf8.Valid(r.Key) {
-		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(r.Key)))
+		span.SetAttributes(semconv.MessagingKafkaMessageKey(string(r.Key)))
 	}
-	return g.tel.tracer.Start(ctx, "process "+r.Topic,
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return ctx, span
 }
 
 // attemptAttrs are the messaging attributes each attempt span carries.

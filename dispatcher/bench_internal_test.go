@@ -68,7 +68,7 @@ func BenchmarkDeliveryTelemetry(b *testing.B) {
 			g := &group{n: n, sub: sub, log: n.log}
 			g.initTelemetry()
 			w := &worker{g: g, deliverCtx: context.Background()}
-			rec := &record{w: w, r: &kgo.Record{
+			rec := &record{Offset: 12345, Payload: &kgo.Record{
 				Topic: "t", Partition: 3, Offset: 12345, Key: []byte("customer-42"),
 				Value: make([]byte, 256), Timestamp: time.Now(),
 				Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}},
@@ -76,7 +76,7 @@ func BenchmarkDeliveryTelemetry(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				if !g.deliver(rec) {
+				if !g.deliver(w, rec) {
 					b.Fatal("delivery not acked")
 				}
 			}

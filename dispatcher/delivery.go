@@ -57,24 +57,24 @@ func (g *group) deliveryLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case rec := <-g.jobs:
+		case j := <-g.jobs:
 			g.inFlight.Add(1)
-			acked := g.deliver(rec)
+			acked := g.deliver(j.w, j.rec)
 			g.inFlight.Add(-1)
-			rec.w.pushResult(result{rec: rec, acked: acked})
-		case recs := <-g.batches:
-			g.inFlight.Add(int64(len(recs)))
-			g.deliverBatch(recs)
-			g.inFlight.Add(-int64(len(recs)))
+			j.w.pushResult(result{rec: j.rec, acked: acked})
+		case b := <-g.batches:
+			g.inFlight.Add(int64(len(b.recs)))
+			g.deliverBatch(b.w, b.recs)
+			g.inFlight.Add(-int64(len(b.recs)))
 		}
 	}
 }
 
 // deliver pushes one record until it is acked (delivered or dead-lettered)
 // or its partition's deliveries are aborted.
-func (g *group) deliver(rec *record) bool {
-	id := DeliveryID(g.sub.ID, rec.r.Topic, rec.r.Partition, rec.r.Offset)
-	ctx, span := g.startDelivery(rec.w.deliverCtx, rec, id)
+func (g *group) deliver(w *worker, rec *record) bool {
+	id := DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
+	ctx, span := g.startDelivery(w.deliverCtx, rec, id)
 	req, reqErr := g.request(rec, id)
 	if req != nil {
 		// The endpoint continues the delivery's trace (the sender replaces
@@ -112,12 +112,12 @@ func (g *group) deliver(rec *record) bool {
 			g.endDelivery(ctx, span, rec, outcomeDelivered, res)
 			return true
 		case webhooks.OutcomeFinal:
-			dlq := g.sub.DeadLetterTopicFor(rec.r.Topic)
+			dlq := g.sub.DeadLetterTopicFor(rec.Payload.Topic)
 			if dlq == "" {
 				// Dead-lettering is off: the key blocks and the record is
 				// tried again after the longest backoff.
 				g.log.Warn("delivery failed and dead-lettering is off; key blocked",
-					"topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset,
+					"topic", rec.Payload.Topic, "partition", rec.Payload.Partition, "offset", rec.Payload.Offset,
 					"status", res.Last.Status, "trace_id", traceID(span))
 				span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
 				if !sleepCtx(ctx, g.policy.MaxInterval) {
@@ -156,9 +156,8 @@ func (g *group) deliver(rec *record) bool {
 // again together. A batch the endpoint refuses for good, or one whose
 // retry budget is spent, is delivered record by record, so only a bad
 // record is dead-lettered.
-func (g *group) deliverBatch(recs []*record) {
-	w := recs[0].w
-	ctx, span := g.tel.tracer.Start(w.deliverCtx, "process batch "+recs[0].r.Topic,
+func (g *group) deliverBatch(w *worker, recs []*record) {
+	ctx, span := g.tel.tracer.Start(w.deliverCtx, "process batch "+recs[0].Payload.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
 	defer span.End()
@@ -169,12 +168,12 @@ func (g *group) deliverBatch(recs []*record) {
 		msgs := make([]*webhooks.Message, len(recs))
 		ids := make([]string, len(recs))
 		for i, r := range recs {
-			ids[i] = DeliveryID(g.sub.ID, r.r.Topic, r.r.Partition, r.r.Offset)
-			msgs[i] = message(g.sub, r.r, ids[i])
+			ids[i] = DeliveryID(g.sub.ID, r.Payload.Topic, r.Payload.Partition, r.Payload.Offset)
+			msgs[i] = message(g.sub, r.Payload, ids[i])
 		}
 		req, err := webhooks.NewBatchRequest(g.sub.Endpoint.URL, msgs)
 		if err != nil {
-			g.deliverEach(recs) // a record that cannot be encoded is dead-lettered alone
+			g.deliverEach(w, recs) // a record that cannot be encoded is dead-lettered alone
 			return
 		}
 		req.Signer, req.Auth, req.Timeout = g.signer(), g.auth, g.timeout
@@ -187,17 +186,18 @@ func (g *group) deliverBatch(recs []*record) {
 			for _, id := range br.Failed {
 				failed[id] = true
 			}
-			held := map[*lane]bool{}
+			held := map[string]bool{}
 			var again []*record
 			for i, r := range recs {
-				if failed[ids[i]] || r.lane != nil && held[r.lane] {
-					if r.lane != nil {
-						held[r.lane] = true
+				key, laned := r.LaneKey()
+				if failed[ids[i]] || laned && held[key] {
+					if laned {
+						held[key] = true
 					}
 					again = append(again, r)
 					continue
 				}
-				g.ackBatched(ctx, r)
+				g.ackBatched(ctx, w, r)
 			}
 			if len(again) == 0 {
 				return
@@ -205,21 +205,21 @@ func (g *group) deliverBatch(recs []*record) {
 			span.AddEvent("retry", trace.WithAttributes(attribute.Int("keyhook.failed", len(br.Failed)), attribute.Int("keyhook.round", round)))
 			recs = again
 			if policy.MaxAttempts > 0 && round >= policy.MaxAttempts || policy.MaxElapsed > 0 && time.Since(started) >= policy.MaxElapsed {
-				g.deliverEach(recs)
+				g.deliverEach(w, recs)
 				return
 			}
 			d := min(max(wait, br.RetryAfter), policy.MaxInterval)
 			wait = min(time.Duration(float64(wait)*policy.Multiplier), policy.MaxInterval)
 			if !sleepCtx(ctx, d) {
-				g.abortAll(recs)
+				g.abortAll(w, recs)
 				return
 			}
 		case webhooks.OutcomeFinal:
 			span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-			g.deliverEach(recs)
+			g.deliverEach(w, recs)
 			return
 		default:
-			g.abortAll(recs)
+			g.abortAll(w, recs)
 			return
 		}
 	}
@@ -227,34 +227,34 @@ func (g *group) deliverBatch(recs []*record) {
 
 // deliverEach delivers records one at a time in batch order, which keeps
 // each key's order; once one is aborted the rest are too.
-func (g *group) deliverEach(recs []*record) {
+func (g *group) deliverEach(w *worker, recs []*record) {
 	for i, r := range recs {
-		if !g.deliver(r) {
-			g.abortAll(recs[i:])
+		if !g.deliver(w, r) {
+			g.abortAll(w, recs[i:])
 			return
 		}
-		r.w.pushResult(result{rec: r, acked: true})
+		w.pushResult(result{rec: r, acked: true})
 	}
 }
 
-func (g *group) abortAll(recs []*record) {
+func (g *group) abortAll(w *worker, recs []*record) {
 	for _, r := range recs {
-		r.w.pushResult(result{rec: r})
+		w.pushResult(result{rec: r})
 	}
 }
 
 // ackBatched records one record of a batch as delivered.
-func (g *group) ackBatched(ctx context.Context, r *record) {
+func (g *group) ackBatched(ctx context.Context, w *worker, r *record) {
 	g.delivered.Add(1)
 	g.tel.deliveries.Add(ctx, 1, metric.WithAttributeSet(g.outcomeAttrs[outcomeDelivered]))
-	if !r.r.Timestamp.IsZero() {
-		g.tel.endToEnd.Record(ctx, time.Since(r.r.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
+	if !r.Payload.Timestamp.IsZero() {
+		g.tel.endToEnd.Record(ctx, time.Since(r.Payload.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
 	}
-	r.w.pushResult(result{rec: r, acked: true})
+	w.pushResult(result{rec: r, acked: true})
 }
 
 func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, error) {
-	req, err := newRequest(g.sub, rec.r, deliveryID)
+	req, err := newRequest(g.sub, rec.Payload, deliveryID)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ func (g *group) signer() *webhooks.Signer {
 // It retries until the write succeeds or ctx ends (false): a record is
 // acked only once its dead letter is durable.
 func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic string, res webhooks.Result, traceID string) bool {
-	r := rec.r
+	r := rec.Payload
 	errText := ""
 	switch {
 	case res.Err != nil:

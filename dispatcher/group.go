@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
@@ -37,6 +38,8 @@ type group struct {
 	cl  atomic.Pointer[kgo.Client]
 	log *slog.Logger
 	tel *telemetry
+	// partition configures every partition's state machine.
+	partition partition.Config
 	// The subscription's delivery policy, resolved once.
 	policy  webhooks.RetryPolicy
 	auth    *webhooks.Auth
@@ -51,9 +54,9 @@ type group struct {
 
 	// jobs hands ready records to the delivery pool; its MaxInFlight
 	// goroutines bound the subscription's concurrent deliveries on the node.
-	jobs chan *record
+	jobs chan job
 	// batches does the same for subscriptions that batch.
-	batches chan []*record
+	batches chan batchJob
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
@@ -83,11 +86,15 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	g := &group{
 		n: n, sub: s,
 		log:     n.log.With("subscription", s.ID),
-		jobs:    make(chan *record),
-		batches: make(chan []*record),
+		jobs:    make(chan job),
+		batches: make(chan batchJob),
 		workers: make(map[topicPartition]*worker),
 	}
 	g.initTelemetry()
+	g.partition = partitionConfig(s, n.cfg.MaxWindow)
+	if err := g.partition.Validate(); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	g.policy = s.Retry.Policy(n.cfg.Retry)
 	g.auth = s.Endpoint.Auth.Auth()
 	g.timeout = time.Duration(s.Endpoint.TimeoutMS) * time.Millisecond
@@ -419,7 +426,7 @@ func (g *group) commit(ws []*worker) {
 					commitErr = perr
 					continue
 				}
-				w.committed(offsets[t.Topic][p.Partition].Offset)
+				w.committedTo(offsets[t.Topic][p.Partition].Offset)
 			}
 		}
 	})

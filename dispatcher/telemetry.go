@@ -139,14 +139,14 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	}
 	partitionGauge("keyhook.partition.paused", "1 while fetching the partition is paused (window full or not yet claimed).", "",
 		func(w *worker) (int64, bool) {
-			if w.pausedFlag.Load() {
+			if w.pub.paused.Load() {
 				return 1, true
 			}
 			return 0, true
 		})
 	partitionGauge("keyhook.consumer.lag", "High watermark minus the committed offset.", "{record}",
 		func(w *worker) (int64, bool) {
-			hw, c := w.highWatermark.Load(), w.committedAt.Load()
+			hw, c := w.highWatermark.Load(), w.committed.Load()
 			if hw < 0 || c < 0 {
 				return 0, false
 			}
@@ -154,14 +154,14 @@ func newTelemetry(n *Node) (*telemetry, error) {
 		})
 	partitionGauge("keyhook.watermark.distance", "Fetch position minus watermark: the partition's window in use.", "{record}",
 		func(w *worker) (int64, bool) {
-			next, wm := w.nextOffset.Load(), w.watermark.Load()
+			next, wm := w.pub.next.Load(), w.pub.watermark.Load()
 			if next < 0 || wm < 0 {
 				return 0, false
 			}
 			return max(0, next-wm), true
 		})
 	partitionGauge("keyhook.pending", "Fetched records not yet acked.", "{record}",
-		func(w *worker) (int64, bool) { return w.pendingCount.Load(), true })
+		func(w *worker) (int64, bool) { return w.pub.pending.Load(), true })
 	return t, err
 }
 
@@ -233,7 +233,7 @@ func (c recordCarrier) Keys() []string {
 // startDelivery opens the span of one delivery: a child of the producer's
 // span when the record carries trace context, a root otherwise.
 func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID string) (context.Context, trace.Span) {
-	r := rec.r
+	r := rec.Payload
 	ctx = g.tel.prop.Extract(ctx, recordCarrier{r})
 	ctx, span := g.tel.tracer.Start(ctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer))
 	// Attributes cost allocations on every record; only a recorded span
@@ -259,7 +259,7 @@ func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID strin
 
 // attemptAttrs are the messaging attributes each attempt span carries.
 func attemptAttrs(g *group, rec *record, deliveryID string) []attribute.KeyValue {
-	r := rec.r
+	r := rec.Payload
 	return []attribute.KeyValue{
 		semconv.MessagingSystemKafka,
 		semconv.MessagingDestinationName(r.Topic),
@@ -295,8 +295,8 @@ func (g *group) endDelivery(ctx context.Context, span trace.Span, rec *record, o
 	if !res.First.IsZero() {
 		g.tel.deliveryTime.Record(ctx, res.LastAt.Sub(res.First).Seconds(), attrs)
 	}
-	if outcome != outcomeAborted && !rec.r.Timestamp.IsZero() {
-		g.tel.endToEnd.Record(ctx, time.Since(rec.r.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
+	if outcome != outcomeAborted && !rec.Payload.Timestamp.IsZero() {
+		g.tel.endToEnd.Record(ctx, time.Since(rec.Payload.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
 	}
 	span.SetAttributes(attrOutcome.String(outcome), attribute.Int("keyhook.attempts", res.Attempts))
 	switch outcome {

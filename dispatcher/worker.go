@@ -12,26 +12,25 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
-	"github.com/keyhook/keyhook/tracking/offsets"
 )
 
-// record is one fetched record on its way to the endpoint.
-type record struct {
-	w          *worker
-	r          *kgo.Record
-	lane       *lane // nil when the record has no lane (ordering none, no key)
-	dispatched time.Time
-	// taken: the record went out in a batch behind its lane's head, so it
-	// must not be made ready again when the head is acked.
-	taken bool
+// record is a fetched record as its partition tracks it until it is acked.
+type record = partition.Entry[*kgo.Record]
+
+// job is one record handed to the delivery pool, with the worker its
+// result goes back to.
+type job struct {
+	w   *worker
+	rec *record
 }
 
-// lane is the FIFO of one key's pending records; only its head is in flight.
-type lane struct {
-	key string
-	q   []*record
+// batchJob is a batch of one worker's records handed to the delivery pool.
+type batchJob struct {
+	w    *worker
+	recs []*record
 }
 
 // result is what the delivery pool hands back to a worker.
@@ -42,9 +41,11 @@ type result struct {
 	acked bool
 }
 
-// worker owns one assigned partition. Its loop goroutine owns all the
-// partition's state; other goroutines talk to it through push, results and
-// do.
+// worker owns one assigned partition: a goroutine around the partition's
+// state machine that feeds it fetched records and delivery results, hands
+// what it makes ready to the delivery pool, pauses and resumes the fetch
+// as it decides, and writes its snapshots to the tracker. Other goroutines
+// talk to it through push, pushResult and do, and read what it publishes.
 type worker struct {
 	g   *group
 	tp  topicPartition
@@ -60,16 +61,15 @@ type worker struct {
 	wake    chan struct{}
 	ctrl    chan func()
 
-	base        atomic.Int64 // committed offset at assignment, -1 unknown
-	watermark   atomic.Int64 // lowest offset not acked, -1 unknown
-	flushedWM   atomic.Int64 // watermark of the last successful flush, -1 none
-	committedAt atomic.Int64 // last offset this node committed to Kafka, -1 none
-	// For gauges, published by the loop.
-	highWatermark atomic.Int64 // the partition's log end as of the last fetch, -1 unknown
-	nextOffset    atomic.Int64 // fetch position, -1 before the first record
-	pendingCount  atomic.Int64
-	fenced        atomic.Bool
-	pausedFlag    atomic.Bool
+	// committed is the last Kafka commit known: the group's offset at
+	// assignment, then every commit the committer makes. The loop hands
+	// it to the machine.
+	committed atomic.Int64
+	// highWatermark is the log end as of the last fetch, set by the poll.
+	highWatermark atomic.Int64
+	// pub is what the loop publishes for the committer, stats and gauges.
+	pub published
+
 	ctx           context.Context
 	cancel        context.CancelFunc
 	deliverCtx    context.Context
@@ -77,43 +77,62 @@ type worker struct {
 	done          chan struct{}
 
 	// Loop-owned state.
-	claimed  bool
-	epoch    int64
-	next     int64 // next offset expected from the fetch, -1 before the first
-	low      int64 // every offset below is done (committed or before base), -1 unknown
-	acked    offsets.Set
-	pending  map[int64]*record
-	lanes    map[string]*lane
-	ready    []*record
-	inflight int
-	// Batching: the batch offered to the pool, and since when records wait.
-	offer      []*record
-	readySince time.Time
-	batchTimer *time.Timer
-	draining   bool
-	drained    chan struct{}
-	dirty      bool
+	m       *partition.Machine[*kgo.Record]
+	epoch   int64
+	paused  bool      // the fetch is paused in the client
+	offer   []*record // the batch offered to the pool
+	drained chan struct{}
+}
+
+// published mirrors the machine's positions for other goroutines.
+type published struct {
+	watermark atomic.Int64 // -1 unknown
+	next      atomic.Int64 // fetch position, -1 before the first record
+	pending   atomic.Int64
+	// commitable is the offset the committer may commit, -1 none.
+	commitable atomic.Int64
+	paused     atomic.Bool
+	fenced     atomic.Bool
+}
+
+// partitionConfig is the state machine configuration of s's partitions.
+func partitionConfig(s *subscription.Subscription, maxWindow int64) partition.Config {
+	cfg := partition.Config{MaxWindow: maxWindow}
+	switch s.Ordering {
+	case subscription.OrderPartition:
+		cfg.Ordering = partition.OrderPartition
+	case subscription.OrderNone:
+		cfg.Ordering = partition.OrderNone
+	}
+	if b := s.Batch; b.Enabled() {
+		cfg.Batch = partition.Batch{MaxRecords: b.MaxRecords, MaxBytes: b.MaxBytes, MaxWait: time.Duration(b.MaxWaitMS) * time.Millisecond}
+		if cfg.Batch.MaxBytes <= 0 {
+			cfg.Batch.MaxBytes = subscription.DefaultBatchBytes
+		}
+	}
+	return cfg
 }
 
 func newWorker(g *group, tp topicPartition, gen int32) *worker {
+	m, err := partition.New[*kgo.Record](g.partition)
+	if err != nil {
+		panic("dispatcher: partition config validated by newGroup: " + err.Error())
+	}
 	w := &worker{
 		g: g, tp: tp, pk: g.partitionKey(tp), gen: gen,
-		log:     g.log.With("topic", tp.topic, "partition", tp.partition),
-		attrs:   partitionAttrs(g.sub.ID, tp),
-		wake:    make(chan struct{}, 1),
-		ctrl:    make(chan func()),
-		done:    make(chan struct{}),
-		next:    -1,
-		low:     -1,
-		pending: make(map[int64]*record),
-		lanes:   make(map[string]*lane),
+		log:   g.log.With("topic", tp.topic, "partition", tp.partition),
+		attrs: partitionAttrs(g.sub.ID, tp),
+		wake:  make(chan struct{}, 1),
+		ctrl:  make(chan func()),
+		done:  make(chan struct{}),
+		m:     m,
 	}
-	w.base.Store(-1)
-	w.watermark.Store(-1)
-	w.flushedWM.Store(-1)
-	w.committedAt.Store(-1)
+	w.committed.Store(-1)
 	w.highWatermark.Store(-1)
-	w.nextOffset.Store(-1)
+	w.pub.watermark.Store(-1)
+	w.pub.next.Store(-1)
+	w.pub.commitable.Store(-1)
+	w.pub.paused.Store(true)
 	return w
 }
 
@@ -126,12 +145,9 @@ func (w *worker) start(parent context.Context) {
 // setBase records the group's committed offset for the partition (negative
 // when there is none and the reset policy applies).
 func (w *worker) setBase(o int64) {
-	if o < 0 {
-		o = -1
-	}
-	w.base.Store(o)
 	if o >= 0 {
-		w.committedAt.Store(o)
+		w.committed.Store(o)
+		w.signal()
 	}
 }
 
@@ -178,39 +194,34 @@ func (w *worker) run() {
 	claimWait := 100 * time.Millisecond
 	// Until the claim succeeds the partition is paused: without the acked
 	// set this node would redeliver what the previous owner finished.
-	w.pause()
+	w.applyPause()
 	batching := w.g.sub.Batch.Enabled()
-	if batching {
-		w.batchTimer = time.NewTimer(time.Hour)
-		w.batchTimer.Stop()
-		defer w.batchTimer.Stop()
-	}
-	var batchDue <-chan time.Time
-	if w.batchTimer != nil {
-		batchDue = w.batchTimer.C
-	}
+	batchTimer := time.NewTimer(time.Hour)
+	batchTimer.Stop()
+	defer batchTimer.Stop()
 	for {
-		var send chan<- *record
-		var head *record
-		var sendBatch chan<- []*record
-		if w.claimed && !w.draining {
-			switch {
-			case batching:
-				if w.offer == nil && len(w.ready) > 0 && w.batchReady() {
-					w.offer = w.assemble()
+		var send chan<- job
+		var head job
+		var sendBatch chan<- batchJob
+		if batching {
+			if w.offer == nil {
+				var wait time.Duration
+				w.offer, wait = w.m.Assemble()
+				if wait > 0 {
+					batchTimer.Reset(wait)
 				}
-				if w.offer != nil {
-					sendBatch = w.g.batches
-				}
-			case len(w.ready) > 0:
-				send, head = w.g.jobs, w.ready[0]
 			}
+			if w.offer != nil && !w.m.Stopped() {
+				sendBatch = w.g.batches
+			}
+		} else if e := w.m.Peek(); e != nil {
+			send, head = w.g.jobs, job{w: w, rec: e}
 		}
 		select {
 		case <-w.ctx.Done():
 			return
 		case <-claimRetry.C:
-			if w.claimed || w.fenced.Load() {
+			if w.m.Claimed() || w.m.Fenced() {
 				continue
 			}
 			if err := w.claim(); err != nil {
@@ -224,25 +235,16 @@ func (w *worker) run() {
 				continue
 			}
 			w.processInbox()
-			w.resumeIfRoom()
 		case <-w.wake:
+			w.m.SetCommitted(w.committed.Load())
 			w.processResults()
-			if w.claimed {
-				w.processInbox()
-			}
+			w.processInbox()
 		case send <- head:
-			w.ready[0] = nil
-			w.ready = w.ready[1:]
-			w.inflight++
-			head.dispatched = time.Now()
-		case sendBatch <- w.offer:
-			now := time.Now()
-			for _, r := range w.offer {
-				r.dispatched = now
-			}
-			w.inflight += len(w.offer)
+			_ = w.m.Dispatch(head.rec) // head is what Peek returned
+		case sendBatch <- batchJob{w: w, recs: w.offer}:
+			w.m.DispatchBatch(w.offer)
 			w.offer = nil
-		case <-batchDue:
+		case <-batchTimer.C:
 			// The oldest ready record waited long enough: the loop offers
 			// the batch as it is.
 		case f := <-w.ctrl:
@@ -250,6 +252,7 @@ func (w *worker) run() {
 		case <-flushT.C:
 			w.flush()
 		}
+		w.publish()
 	}
 }
 
@@ -267,169 +270,29 @@ func (w *worker) claim() error {
 		return err
 	}
 	w.epoch = c.Epoch
-	if c.Acked != nil {
-		w.acked.Union(c.Acked)
-	}
-	w.claimed = true
-	w.dirty = true
+	w.m.Claim(c.Acked)
 	w.log.Info("partition claimed", "epoch", c.Epoch, "previous_owner", c.PrevOwner, "acked_ranges", c.Acked.Len())
 	return nil
 }
 
-// processInbox accepts fetched records until the partition's window is
-// full; the rest wait in the inbox (and fetching pauses) until acks move
-// the watermark. The window is thus a hard bound on what is dispatched and
-// tracked, whatever size the fetches have.
+// processInbox offers fetched records to the machine, which accepts them
+// while the window has room and holds the rest until acks make room; the
+// fetch pauses meanwhile. The window is thus a hard bound on what is
+// dispatched and tracked, whatever size the fetches have.
 func (w *worker) processInbox() {
 	w.mu.Lock()
 	batches := w.inbox
 	w.inbox = nil
 	w.mu.Unlock()
-	if len(batches) == 0 {
-		return
-	}
-	w.updateWatermark()
-	for i, rs := range batches {
-		for j, r := range rs {
-			if w.full() {
-				rest := append([][]*kgo.Record{rs[j:]}, batches[i+1:]...)
-				w.mu.Lock()
-				w.inbox = append(rest, w.inbox...)
-				w.mu.Unlock()
-				w.updateWatermark()
-				return
+	for _, rs := range batches {
+		recs := make([]partition.Record[*kgo.Record], len(rs))
+		for i, r := range rs {
+			recs[i] = partition.Record[*kgo.Record]{
+				Offset: r.Offset, Key: r.Key, Control: r.Attrs.IsControl(), Size: len(r.Value), Payload: r,
 			}
-			w.accept(r)
 		}
+		w.m.Offer(recs)
 	}
-	w.updateWatermark()
-}
-
-// full reports whether the window between the watermark and the fetch
-// position is used up.
-func (w *worker) full() bool {
-	wm := w.watermark.Load()
-	if wm < 0 {
-		wm = w.low // first batch: nothing acked yet
-	}
-	return wm >= 0 && w.next >= 0 && w.next-wm >= w.g.n.cfg.MaxWindow
-}
-
-// accept places one fetched record: skipped when already done, otherwise
-// queued on its lane. Offsets the fetch stepped over (transaction markers,
-// compaction, aborted data) are not records and count as acked, so they
-// never stall the watermark.
-func (w *worker) accept(r *kgo.Record) {
-	off := r.Offset
-	if w.low < 0 {
-		// No commit to start from (reset policy): the first record is.
-		w.low = off
-	}
-	if w.next < 0 {
-		w.next = w.low
-	}
-	if off < w.next || off < w.low {
-		return // a refetch of something already placed or committed
-	}
-	if off > w.next {
-		w.acked.Add(w.next, off)
-	}
-	w.next = off + 1
-	w.dirty = true
-	if r.Attrs.IsControl() {
-		w.acked.AddOffset(off)
-		return
-	}
-	if w.acked.Contains(off) {
-		return // acked by a previous owner
-	}
-	rec := &record{w: w, r: r}
-	w.pending[off] = rec
-	switch {
-	case w.g.sub.Ordering == subscription.OrderNone:
-	case w.g.sub.Ordering == subscription.OrderPartition:
-		rec.lane = w.lane("")
-	case r.Key != nil:
-		rec.lane = w.lane(string(r.Key))
-	}
-	if rec.lane == nil {
-		w.makeReady(rec)
-		return
-	}
-	rec.lane.q = append(rec.lane.q, rec)
-	if len(rec.lane.q) == 1 {
-		w.makeReady(rec)
-	}
-}
-
-// makeReady queues rec for dispatch: its lane's head, or a lane-less record.
-func (w *worker) makeReady(rec *record) {
-	if len(w.ready) == 0 && w.batchTimer != nil {
-		w.readySince = time.Now()
-	}
-	w.ready = append(w.ready, rec)
-}
-
-// batchReady reports whether a batch should go now: enough records are
-// ready, or the oldest waited MaxWaitMS. Otherwise it arms the timer that
-// wakes the loop when the wait is over.
-func (w *worker) batchReady() bool {
-	b := w.g.sub.Batch
-	wait := time.Duration(b.MaxWaitMS) * time.Millisecond
-	if len(w.ready) >= b.MaxRecords || wait <= 0 {
-		return true
-	}
-	left := wait - time.Since(w.readySince)
-	if left <= 0 {
-		return true
-	}
-	w.batchTimer.Reset(left)
-	return false
-}
-
-// assemble takes a batch out of the ready records: lane heads in the order
-// they became ready, each followed by the next records of its lane, in
-// offset order, within the batch's record and byte limits.
-func (w *worker) assemble() []*record {
-	b := w.g.sub.Batch
-	maxBytes := b.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = subscription.DefaultBatchBytes
-	}
-	out := make([]*record, 0, min(b.MaxRecords, len(w.ready)))
-	size := 0
-	fits := func(r *record) bool {
-		return len(out) < b.MaxRecords && (len(out) == 0 || size+len(r.r.Value) <= maxBytes)
-	}
-	for len(w.ready) > 0 && fits(w.ready[0]) {
-		head := w.ready[0]
-		w.ready[0] = nil
-		w.ready = w.ready[1:]
-		head.taken = true
-		out = append(out, head)
-		size += len(head.r.Value)
-		if head.lane == nil {
-			continue
-		}
-		for _, f := range head.lane.q[1:] {
-			if !fits(f) {
-				break
-			}
-			f.taken = true
-			out = append(out, f)
-			size += len(f.r.Value)
-		}
-	}
-	return out
-}
-
-func (w *worker) lane(key string) *lane {
-	l := w.lanes[key]
-	if l == nil {
-		l = &lane{key: key}
-		w.lanes[key] = l
-	}
-	return l
 }
 
 func (w *worker) processResults() {
@@ -437,103 +300,62 @@ func (w *worker) processResults() {
 	rs := w.results
 	w.results = nil
 	w.mu.Unlock()
-	if len(rs) == 0 {
-		return
-	}
 	for _, res := range rs {
-		w.inflight--
-		if !res.acked {
-			continue
-		}
-		rec := res.rec
-		off := rec.r.Offset
-		w.acked.AddOffset(off)
-		delete(w.pending, off)
-		w.dirty = true
-		if l := rec.lane; l != nil {
-			l.q[0] = nil
-			l.q = l.q[1:]
-			if len(l.q) == 0 {
-				delete(w.lanes, l.key)
-			} else if !l.q[0].taken {
-				w.makeReady(l.q[0])
-			}
-		}
+		w.m.Done(res.rec, res.acked)
 	}
-	w.updateWatermark()
-	if w.draining && w.inflight == 0 && w.drained != nil {
+	if w.drained != nil && w.m.InFlight() == 0 {
 		close(w.drained)
 		w.drained = nil
 	}
 }
 
-// updateWatermark publishes the watermark for the committer and applies
-// backpressure: with MaxWindow records between the watermark and the fetch
-// position the partition pauses; at half of it, it resumes.
-func (w *worker) updateWatermark() {
-	if w.low < 0 {
-		if base := w.base.Load(); base >= 0 {
-			w.low = base
-		} else {
-			return
-		}
+// publish mirrors the machine for other goroutines and carries out its
+// fetch decision.
+func (w *worker) publish() {
+	w.pub.watermark.Store(w.m.Watermark())
+	w.pub.next.Store(w.m.Next())
+	w.pub.pending.Store(int64(w.m.Pending()))
+	c, ok := w.m.CommitCandidate()
+	if !ok {
+		c = -1
 	}
-	if c := w.committedAt.Load(); c > w.low {
-		w.low = c
-	}
-	w.acked.TrimBelow(w.low)
-	wm := w.acked.Watermark(w.low)
-	w.watermark.Store(wm)
-	w.nextOffset.Store(w.next)
-	w.pendingCount.Store(int64(len(w.pending)))
-	if w.next < 0 {
-		return
-	}
-	if w.full() {
-		w.pause()
-	} else if w.next-wm <= w.g.n.cfg.MaxWindow/2 {
-		w.resumeIfRoom()
-	}
+	w.pub.commitable.Store(c)
+	w.applyPause()
 }
 
-func (w *worker) pause() {
-	if w.pausedFlag.Swap(true) {
+// applyPause pauses or resumes fetching the partition as the machine says.
+func (w *worker) applyPause() {
+	want := w.m.Paused()
+	if want == w.paused {
 		return
 	}
-	w.g.client().PauseFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-}
-
-func (w *worker) resumeIfRoom() {
-	if !w.claimed || w.draining || w.fenced.Load() {
-		return
+	w.paused = want
+	w.pub.paused.Store(want)
+	ps := map[string][]int32{w.tp.topic: {w.tp.partition}}
+	if want {
+		w.g.client().PauseFetchPartitions(ps)
+	} else {
+		w.g.client().ResumeFetchPartitions(ps)
 	}
-	if w.next >= 0 && w.next-w.watermark.Load() > w.g.n.cfg.MaxWindow/2 && w.watermark.Load() >= 0 {
-		return
-	}
-	if !w.pausedFlag.Swap(false) {
-		return
-	}
-	w.g.client().ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
 }
 
 // flush writes the partition's state to the tracker when it changed.
 func (w *worker) flush() {
-	if !w.claimed || !w.dirty || w.fenced.Load() {
+	w.m.SetCommitted(w.committed.Load())
+	if !w.m.Dirty() {
 		return
 	}
-	w.updateWatermark()
+	s := w.m.Snapshot()
 	f := tracking.Flush{
 		Epoch:     w.epoch,
-		Acked:     &w.acked,
-		Watermark: w.watermark.Load(),
-		Fetched:   w.next,
-		Committed: w.committedAt.Load(),
-		Pending:   int64(len(w.pending)),
-		InFlight:  int64(w.inflight),
-		Keys:      int64(len(w.lanes)),
-	}
-	if rec := w.pending[f.Watermark]; rec != nil && !rec.dispatched.IsZero() {
-		f.Oldest = rec.dispatched
+		Acked:     s.Acked,
+		Watermark: s.Watermark,
+		Fetched:   s.Next,
+		Committed: s.Committed,
+		Pending:   int64(s.Pending),
+		InFlight:  int64(s.InFlight),
+		Keys:      int64(s.Keys),
+		Oldest:    s.Oldest,
 	}
 	err := w.writeState(f)
 	if errors.Is(err, tracking.ErrStateLost) {
@@ -558,8 +380,7 @@ func (w *worker) flush() {
 	}
 	switch {
 	case err == nil:
-		w.dirty = false
-		w.flushedWM.Store(f.Watermark)
+		w.m.Flushed(s)
 	case errors.Is(err, tracking.ErrFenced):
 		w.becomeFenced(err)
 	default:
@@ -583,32 +404,31 @@ func (w *worker) writeState(f tracking.Flush) error {
 // deliveries are aborted, fetching pauses, and the committer skips it. The
 // group's rebalance will take the partition away.
 func (w *worker) becomeFenced(err error) {
-	if w.fenced.Swap(true) {
+	if w.m.Fenced() {
 		return
 	}
 	w.log.Warn("partition fenced by a newer owner; stopping work on it", "err", err)
-	w.draining = true
+	w.m.Fence()
+	w.pub.fenced.Store(true)
 	w.cancelDeliver()
-	w.pause()
+	w.publish()
 }
 
 // commitCandidate returns the offset to commit, if it is ahead of the last
-// commit. It is the watermark of the last successful flush, never the live
-// one: the Kafka commit is never ahead of the tracking state, so a node
-// fenced in Redis cannot commit what it acked after losing its claim.
+// commit: the machine's candidate as the loop last published it.
 func (w *worker) commitCandidate() (int64, bool) {
-	if w.fenced.Load() {
+	if w.pub.fenced.Load() {
 		return 0, false
 	}
-	wm := w.flushedWM.Load()
-	return wm, wm >= 0 && wm > w.committedAt.Load()
+	c := w.pub.commitable.Load()
+	return c, c >= 0 && c > w.committed.Load()
 }
 
-// committed records a successful Kafka commit; the loop trims below it.
-func (w *worker) committed(o int64) {
+// committedTo records a successful Kafka commit; the loop trims below it.
+func (w *worker) committedTo(o int64) {
 	for {
-		cur := w.committedAt.Load()
-		if o <= cur || w.committedAt.CompareAndSwap(cur, o) {
+		cur := w.committed.Load()
+		if o <= cur || w.committed.CompareAndSwap(cur, o) {
 			break
 		}
 	}
@@ -621,9 +441,9 @@ func (w *worker) committed(o int64) {
 func (w *worker) drain(deadline time.Time) {
 	var drained chan struct{}
 	if !w.do(func() {
-		w.draining = true
-		w.pause()
-		if w.inflight > 0 {
+		w.m.Stop()
+		w.publish()
+		if w.m.InFlight() > 0 {
 			w.drained = make(chan struct{})
 			drained = w.drained
 		}
@@ -653,8 +473,9 @@ func (w *worker) abort() {
 func (w *worker) flushNow() {
 	w.do(func() {
 		w.processResults()
-		w.dirty = true
+		w.m.Touch()
 		w.flush()
+		w.publish()
 	})
 }
 
@@ -663,11 +484,11 @@ func (w *worker) flushNow() {
 // one claims.
 func (w *worker) stop(release bool) {
 	w.do(func() {
-		w.draining = true
+		w.m.Stop()
 		w.processResults()
-		w.dirty = true
+		w.m.Touch()
 		w.flush()
-		if release && w.claimed && !w.fenced.Load() {
+		if release && w.m.Claimed() && !w.m.Fenced() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if err := w.g.n.tracker.Release(ctx, w.pk, w.epoch); err != nil && !errors.Is(err, tracking.ErrFenced) {
 				w.log.Warn("release failed", "err", err)
@@ -683,8 +504,8 @@ func (w *worker) stats() PartitionStats {
 	return PartitionStats{
 		Topic:     w.tp.topic,
 		Partition: w.tp.partition,
-		Watermark: w.watermark.Load(),
-		Committed: w.committedAt.Load(),
-		Paused:    w.pausedFlag.Load(),
+		Watermark: w.pub.watermark.Load(),
+		Committed: w.committed.Load(),
+		Paused:    w.pub.paused.Load(),
 	}
 }

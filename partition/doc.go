@@ -1,0 +1,28 @@
+// Package partition is the state of one assigned partition, as a pure
+// state machine: key lanes (only a lane's head is dispatched), the window
+// between the watermark and the fetch position with its pause and resume
+// decisions, batch assembly, skipping what a previous owner acked, and the
+// rules that turn acks into a watermark, a watermark into a flush and a
+// flush into a Kafka commit.
+//
+// A Machine has no goroutines, no clock of its own (callers pass the time
+// where it matters), no Kafka client and no Redis. The dispatcher's
+// partition worker drives it from one goroutine: it offers fetched records,
+// takes what is ready to dispatch, reports results, writes the snapshots it
+// is given to the tracker and commits the offset it is told to. Everything
+// that decides what may be sent, acked, flushed or committed lives here, so
+// it can be tested exhaustively without any of those.
+//
+// The positions, all offsets of the partition:
+//
+//	floor      every offset below is done: committed, or before the first record
+//	watermark  the lowest offset at or above floor that is not acked
+//	next       the fetch position: the offset expected from the next record
+//	flushed    the watermark of the last successful flush to the tracker
+//	committed  the last Kafka commit known
+//
+// floor ≤ watermark; the watermark may pass next when a previous owner
+// acked offsets this node has not fetched yet. The commit only ever moves forward, and only to
+// flushed; flushed only to a watermark: the Kafka commit is never ahead of
+// the tracking state, nor the tracking state ahead of what was acked.
+package partition

@@ -1,0 +1,561 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keyhook/keyhook/tracking/offsets"
+)
+
+// Ordering says which records of a partition wait for each other.
+type Ordering int
+
+const (
+	// OrderKey delivers one record per key at a time, in offset order;
+	// records without a key wait for nothing.
+	OrderKey Ordering = iota
+	// OrderPartition delivers one record of the partition at a time.
+	OrderPartition
+	// OrderNone delivers every record at once.
+	OrderNone
+)
+
+// Batch configures batch assembly. MaxRecords 0 means no batching.
+type Batch struct {
+	// MaxRecords is the most records of one batch.
+	MaxRecords int
+	// MaxBytes bounds the summed record sizes of one batch; a batch always
+	// takes at least one record whatever its size. 0 means no bound.
+	MaxBytes int
+	// MaxWait is how long the oldest ready record waits for more to join
+	// it before a smaller batch goes. 0 sends at once.
+	MaxWait time.Duration
+}
+
+// Config tunes a Machine.
+type Config struct {
+	// Ordering is the subscription's ordering. Default OrderKey.
+	Ordering Ordering
+	// MaxWindow bounds the records between the watermark and the fetch
+	// position: at MaxWindow the partition pauses (Paused reports true)
+	// and records offered beyond it wait in a backlog; below half of it,
+	// it resumes. Required.
+	MaxWindow int64
+	// Batch turns batching on when MaxRecords > 0.
+	Batch Batch
+	// Clock returns the time: when records are dispatched and how long a
+	// batch has waited. Default time.Now.
+	Clock func() time.Time
+}
+
+// Validate reports the first field that is wrong, by name.
+func (c Config) Validate() error {
+	switch {
+	case c.Ordering < OrderKey || c.Ordering > OrderNone:
+		return fmt.Errorf("partition: Ordering %d is unknown", c.Ordering)
+	case c.MaxWindow <= 0:
+		return fmt.Errorf("partition: MaxWindow %d must be positive", c.MaxWindow)
+	case c.Batch.MaxRecords < 0:
+		return fmt.Errorf("partition: Batch.MaxRecords %d must not be negative", c.Batch.MaxRecords)
+	case c.Batch.MaxBytes < 0:
+		return fmt.Errorf("partition: Batch.MaxBytes %d must not be negative", c.Batch.MaxBytes)
+	case c.Batch.MaxWait < 0:
+		return fmt.Errorf("partition: Batch.MaxWait %v must not be negative", c.Batch.MaxWait)
+	}
+	return nil
+}
+
+// Record is one fetched record as the machine sees it.
+type Record[P any] struct {
+	// Offset is the record's offset.
+	Offset int64
+	// Key is the record key; nil means no key.
+	Key []byte
+	// Control marks a transaction marker: never delivered, acked at once.
+	Control bool
+	// Size counts against Batch.MaxBytes (the value's length).
+	Size int
+	// Payload is the caller's record, handed back in the Entry.
+	Payload P
+}
+
+// Entry is a record the machine tracks until it is acked.
+type Entry[P any] struct {
+	// Offset is the record's offset.
+	Offset int64
+	// Payload is the caller's record.
+	Payload P
+	// Dispatched is when the record last went to the endpoint; zero
+	// until then.
+	Dispatched time.Time
+
+	size int
+	lane *lane[P]
+	// taken: the record went out in a batch behind its lane's head, so it
+	// must not be made ready again when the head is acked.
+	taken bool
+}
+
+// LaneKey returns the key of the entry's lane, false when it has none
+// (ordering none, or a record without a key under ordering key). Records
+// of one lane are delivered in offset order, one at a time.
+func (e *Entry[P]) LaneKey() (string, bool) {
+	if e.lane == nil {
+		return "", false
+	}
+	return e.lane.key, true
+}
+
+// lane is the FIFO of one key's pending records; only its head is out.
+type lane[P any] struct {
+	key string
+	q   []*Entry[P]
+}
+
+// ErrNotReady is returned by Dispatch for an entry that is not the next
+// ready one.
+var ErrNotReady = errors.New("partition: entry is not the next ready one")
+
+// Machine is the state of one partition. It is not safe for concurrent
+// use: one goroutine drives it.
+type Machine[P any] struct {
+	cfg Config
+
+	floor     int64 // every offset below is done; -1 unknown
+	next      int64 // fetch position; -1 before the first record
+	committed int64 // last Kafka commit known; -1 none
+	flushed   int64 // watermark of the last successful flush; -1 none
+	watermark int64 // lowest offset at or above floor not acked; -1 unknown
+
+	acked   offsets.Set
+	pending map[int64]*Entry[P]
+	lanes   map[string]*lane[P]
+	ready   []*Entry[P]
+	// readySince is when the oldest ready record became ready (batching).
+	readySince time.Time
+	backlog    []Record[P]
+	inflight   int
+
+	claimed bool
+	stopped bool // draining or fenced: nothing more is dispatched
+	fenced  bool
+	paused  bool
+
+	// version counts changes worth flushing; flushedVersion is the one
+	// the last successful flush wrote.
+	version, flushedVersion uint64
+}
+
+// New returns the machine of a partition that is not yet claimed: it
+// accepts no record and is paused until Claim.
+func New[P any](cfg Config) (*Machine[P], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &Machine[P]{
+		cfg:   cfg,
+		floor: -1, next: -1, committed: -1, flushed: -1, watermark: -1,
+		pending: make(map[int64]*Entry[P]),
+		lanes:   make(map[string]*lane[P]),
+		paused:  true,
+	}, nil
+}
+
+// SetCommitted records a Kafka commit: the group's committed offset at
+// assignment, or a commit this node made. Offsets below it are done. A
+// commit never moves back, so a lower offset changes nothing.
+func (m *Machine[P]) SetCommitted(o int64) {
+	if o < 0 || o <= m.committed {
+		return
+	}
+	m.committed = o
+	if o > m.floor {
+		m.floor = o
+	}
+	m.settle()
+}
+
+// Claim makes the partition this node's, with the offsets previous owners
+// acked: they are skipped when fetched. Claiming again (after the tracker
+// lost its state, or to win back a zombie's claim) adds what it returns.
+func (m *Machine[P]) Claim(acked *offsets.Set) {
+	if acked != nil {
+		m.acked.Union(acked)
+	}
+	m.claimed = true
+	m.version++
+	m.fill()
+}
+
+// Claimed reports whether Claim was called.
+func (m *Machine[P]) Claimed() bool { return m.claimed }
+
+// Offer hands fetched records over, in offset order. They are accepted
+// while the window has room (and the partition is claimed); the rest wait
+// in a backlog that acks drain.
+func (m *Machine[P]) Offer(recs []Record[P]) {
+	if len(recs) == 0 {
+		return
+	}
+	if len(m.backlog) == 0 {
+		m.backlog = recs
+	} else {
+		m.backlog = append(m.backlog, recs...)
+	}
+	m.fill()
+}
+
+// fill accepts backlog records while the window has room.
+func (m *Machine[P]) fill() {
+	if m.claimed {
+		i := 0
+		for ; i < len(m.backlog) && !m.full(); i++ {
+			m.accept(m.backlog[i])
+			m.backlog[i] = Record[P]{}
+		}
+		m.backlog = m.backlog[i:]
+		if len(m.backlog) == 0 {
+			m.backlog = nil
+		}
+	}
+	m.settle()
+}
+
+// full reports whether the window between the watermark and the fetch
+// position is used up.
+func (m *Machine[P]) full() bool {
+	wm := m.watermark
+	if wm < 0 {
+		wm = m.floor
+	}
+	return wm >= 0 && m.next >= 0 && m.next-wm >= m.cfg.MaxWindow
+}
+
+// accept places one fetched record: skipped when already done, otherwise
+// queued on its lane. Offsets the fetch stepped over (transaction markers,
+// compaction, aborted data) are not records and count as acked, so they
+// never stall the watermark.
+func (m *Machine[P]) accept(r Record[P]) {
+	off := r.Offset
+	if m.floor < 0 {
+		// No commit to start from (the reset policy chose): the first
+		// record is the start.
+		m.floor = off
+	}
+	if m.next < 0 {
+		m.next = m.floor
+	}
+	if off < m.next || off < m.floor {
+		return // a refetch of something already placed or committed
+	}
+	if off > m.next {
+		m.acked.Add(m.next, off)
+	}
+	m.next = off + 1
+	m.version++
+	// The watermark can only have moved if the gap started at it.
+	if r.Control {
+		m.acked.AddOffset(off)
+		m.settleWatermark()
+		return
+	}
+	if m.acked.Contains(off) {
+		m.settleWatermark()
+		return // acked by a previous owner
+	}
+	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size}
+	m.pending[off] = e
+	switch {
+	case m.cfg.Ordering == OrderNone:
+	case m.cfg.Ordering == OrderPartition:
+		e.lane = m.lane("")
+	case r.Key != nil:
+		e.lane = m.lane(string(r.Key))
+	}
+	m.settleWatermark()
+	if e.lane == nil {
+		m.makeReady(e)
+		return
+	}
+	e.lane.q = append(e.lane.q, e)
+	if len(e.lane.q) == 1 {
+		m.makeReady(e)
+	}
+}
+
+func (m *Machine[P]) lane(key string) *lane[P] {
+	l := m.lanes[key]
+	if l == nil {
+		l = &lane[P]{key: key}
+		m.lanes[key] = l
+	}
+	return l
+}
+
+// makeReady queues e for dispatch: a lane's head, or a lane-less record.
+func (m *Machine[P]) makeReady(e *Entry[P]) {
+	if len(m.ready) == 0 && m.cfg.Batch.MaxRecords > 0 {
+		m.readySince = m.cfg.Clock()
+	}
+	m.ready = append(m.ready, e)
+}
+
+// dispatching reports whether records may go out now.
+func (m *Machine[P]) dispatching() bool { return m.claimed && !m.stopped }
+
+// Peek returns the next record to dispatch, nil when none may go now. It
+// stays ready until Dispatch.
+func (m *Machine[P]) Peek() *Entry[P] {
+	if !m.dispatching() || len(m.ready) == 0 {
+		return nil
+	}
+	return m.ready[0]
+}
+
+// Dispatch records that e, the entry Peek returned, went to the endpoint.
+func (m *Machine[P]) Dispatch(e *Entry[P]) error {
+	if len(m.ready) == 0 || m.ready[0] != e {
+		return ErrNotReady
+	}
+	m.ready[0] = nil
+	m.ready = m.ready[1:]
+	m.inflight++
+	e.Dispatched = m.cfg.Clock()
+	return nil
+}
+
+// Assemble takes a batch out of the ready records when one is due: enough
+// records are ready, or the oldest has waited Batch.MaxWait. Otherwise it
+// returns nil and how long until one is due (0: nothing is ready). A batch
+// holds lane heads in the order they became ready, each followed by the
+// next records of its lane, in offset order, within the batch's limits.
+// The records count as dispatched only at DispatchBatch; until then they
+// are neither ready nor in flight.
+func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
+	if !m.dispatching() || len(m.ready) == 0 {
+		return nil, 0
+	}
+	b := m.cfg.Batch
+	if len(m.ready) < b.MaxRecords && b.MaxWait > 0 {
+		if left := b.MaxWait - m.cfg.Clock().Sub(m.readySince); left > 0 {
+			return nil, left
+		}
+	}
+	out := make([]*Entry[P], 0, min(b.MaxRecords, len(m.ready)))
+	size := 0
+	fits := func(e *Entry[P]) bool {
+		return len(out) < b.MaxRecords && (len(out) == 0 || b.MaxBytes <= 0 || size+e.size <= b.MaxBytes)
+	}
+	for len(m.ready) > 0 && fits(m.ready[0]) {
+		head := m.ready[0]
+		m.ready[0] = nil
+		m.ready = m.ready[1:]
+		head.taken = true
+		out = append(out, head)
+		size += head.size
+		if head.lane == nil {
+			continue
+		}
+		for _, f := range head.lane.q[1:] {
+			if !fits(f) {
+				break
+			}
+			f.taken = true
+			out = append(out, f)
+			size += f.size
+		}
+	}
+	// Records left ready have waited as long as the batch that just
+	// went: they go at the next call.
+	return out, 0
+}
+
+// DispatchBatch records that a batch from Assemble went out.
+func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
+	now := m.cfg.Clock()
+	for _, e := range batch {
+		e.Dispatched = now
+	}
+	m.inflight += len(batch)
+}
+
+// Done reports the end of a dispatched record: acked (delivered or
+// dead-lettered) or not (aborted: shutdown or a lost partition; it stays
+// pending for the next owner). An ack frees the next record of its lane.
+func (m *Machine[P]) Done(e *Entry[P], acked bool) {
+	m.inflight--
+	if !acked {
+		return
+	}
+	if m.pending[e.Offset] != e {
+		return // not tracked (anymore): nothing to ack
+	}
+	m.acked.AddOffset(e.Offset)
+	delete(m.pending, e.Offset)
+	m.version++
+	if l := e.lane; l != nil {
+		m.leaveLane(l, e)
+	}
+	m.settleWatermark()
+	m.fill()
+}
+
+// leaveLane takes an acked entry out of its lane and readies the next.
+// Acks of a lane come in its order (only its head is out, or a batch acked
+// in offset order), so e is the head; the search keeps the lane whole if a
+// caller ever acks out of order.
+func (m *Machine[P]) leaveLane(l *lane[P], e *Entry[P]) {
+	if l.q[0] != e {
+		for i, f := range l.q {
+			if f == e {
+				l.q = append(l.q[:i], l.q[i+1:]...)
+				break
+			}
+		}
+		return
+	}
+	l.q[0] = nil
+	l.q = l.q[1:]
+	if len(l.q) == 0 {
+		delete(m.lanes, l.key)
+	} else if !l.q[0].taken {
+		m.makeReady(l.q[0])
+	}
+}
+
+// settleWatermark recomputes the watermark from the acked set.
+func (m *Machine[P]) settleWatermark() {
+	if m.floor < 0 {
+		m.watermark = -1
+		return
+	}
+	m.acked.TrimBelow(m.floor)
+	m.watermark = m.acked.Watermark(m.floor)
+}
+
+// settle recomputes the watermark and the fetch decision: with MaxWindow
+// records between the watermark and the fetch position the partition
+// pauses; at half of it, it resumes. Unclaimed or stopped, it stays
+// paused.
+func (m *Machine[P]) settle() {
+	m.settleWatermark()
+	switch {
+	case !m.claimed || m.stopped:
+		m.paused = true
+	case m.full() || len(m.backlog) > 0:
+		m.paused = true
+	case m.next < 0 || m.watermark < 0 || m.next-m.watermark <= m.cfg.MaxWindow/2:
+		m.paused = false
+	}
+}
+
+// Paused reports whether fetching the partition should be paused now.
+func (m *Machine[P]) Paused() bool { return m.paused }
+
+// Stop ends dispatching (a drain): what is in flight finishes, nothing new
+// goes out, fetching pauses.
+func (m *Machine[P]) Stop() {
+	m.stopped = true
+	m.settle()
+}
+
+// Fence stops all work: another owner claimed the partition. Nothing is
+// flushed or committed any more.
+func (m *Machine[P]) Fence() {
+	m.fenced = true
+	m.Stop()
+}
+
+// Fenced reports whether Fence was called.
+func (m *Machine[P]) Fenced() bool { return m.fenced }
+
+// Stopped reports whether dispatching ended (Stop or Fence).
+func (m *Machine[P]) Stopped() bool { return m.stopped }
+
+// InFlight returns how many dispatched records have no result yet.
+func (m *Machine[P]) InFlight() int { return m.inflight }
+
+// Pending returns how many accepted records are not acked.
+func (m *Machine[P]) Pending() int { return len(m.pending) }
+
+// Backlog returns how many offered records wait for room in the window.
+func (m *Machine[P]) Backlog() int { return len(m.backlog) }
+
+// Keys returns how many keys have a record pending.
+func (m *Machine[P]) Keys() int { return len(m.lanes) }
+
+// Watermark returns the lowest offset not acked, -1 while unknown.
+func (m *Machine[P]) Watermark() int64 { return m.watermark }
+
+// Next returns the fetch position, -1 before the first record.
+func (m *Machine[P]) Next() int64 { return m.next }
+
+// Committed returns the last Kafka commit known, -1 none.
+func (m *Machine[P]) Committed() int64 { return m.committed }
+
+// Snapshot is the partition's state for one flush to the tracker.
+type Snapshot struct {
+	version uint64
+	// Acked is the acked set itself, valid until the machine changes:
+	// encode it before driving the machine again.
+	Acked     *offsets.Set
+	Watermark int64
+	Next      int64
+	Committed int64
+	Pending   int
+	InFlight  int
+	Keys      int
+	// Oldest is when the record at the watermark was dispatched, zero
+	// when it is not out.
+	Oldest time.Time
+}
+
+// Dirty reports whether the state changed since the last successful
+// flush and may be flushed (claimed, not fenced).
+func (m *Machine[P]) Dirty() bool {
+	return m.claimed && !m.fenced && m.version != m.flushedVersion
+}
+
+// Touch marks the state changed, so the next flush writes it whatever
+// happened (a final flush before a commit or a release).
+func (m *Machine[P]) Touch() { m.version++ }
+
+// Snapshot returns the state to flush.
+func (m *Machine[P]) Snapshot() Snapshot {
+	s := Snapshot{
+		version: m.version, Acked: &m.acked,
+		Watermark: m.watermark, Next: m.next, Committed: m.committed,
+		Pending: len(m.pending), InFlight: m.inflight, Keys: len(m.lanes),
+	}
+	if e := m.pending[m.watermark]; e != nil {
+		s.Oldest = e.Dispatched
+	}
+	return s
+}
+
+// Flushed records that s reached the tracker: its watermark may now be
+// committed.
+func (m *Machine[P]) Flushed(s Snapshot) {
+	if s.version > m.flushedVersion {
+		m.flushedVersion = s.version
+	}
+	if s.Watermark > m.flushed {
+		m.flushed = s.Watermark
+	}
+}
+
+// CommitCandidate returns the offset to commit to Kafka, if it is ahead of
+// the last commit. It is the watermark of the last successful flush, never
+// the live one: the Kafka commit is never ahead of the tracking state, so
+// a node fenced in the tracker cannot commit what it acked after losing
+// its claim.
+func (m *Machine[P]) CommitCandidate() (int64, bool) {
+	if m.fenced || m.flushed < 0 || m.flushed <= m.committed {
+		return 0, false
+	}
+	return m.flushed, true
+}

@@ -1,0 +1,527 @@
+package partition
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/keyhook/keyhook/tracking/offsets"
+)
+
+// The model test drives a Machine with random sequences of fetches (with
+// gaps, transaction markers and refetches), dispatches, acks, aborts,
+// flushes, commits, drains and claims over offsets a previous owner acked,
+// and checks every step against the guarantees the machine defends:
+//
+//   - per-key order: a record goes out only after every earlier record of
+//     its lane was acked;
+//   - at-least-once: nothing a previous owner acked, no marker and nothing
+//     below the start is delivered; everything else is, exactly once when
+//     nothing fails;
+//   - the commit is never past an offset that is not acked, never ahead of
+//     a flush, and never moves back;
+//   - the window bounds the records held.
+
+// logRecord is one offset of the simulated partition log.
+type logRecord struct {
+	offset  int64
+	key     []byte
+	control bool
+}
+
+// model is the simulated world around one Machine.
+type model struct {
+	t       testing.TB
+	rnd     *rand.Rand
+	cfg     Config
+	m       *Machine[int64]
+	log     []logRecord // in offset order, with gaps
+	logEnd  int64
+	fetchAt int // index in log of the next record to fetch
+	base    int64
+	preAck  offsets.Set // acked by a previous owner
+
+	delivered   map[int64]int // offset → times acked
+	dispatched  map[int64]bool
+	out         []*Entry[int64] // dispatched, no result yet
+	stopped     bool
+	lastCommit  int64
+	lastWM      int64
+	flushedWM   int64
+	steps       int
+	now         time.Time
+	maxPending  int
+	batchesSeen int
+	// pendingBatch is the batch being checked: earlier records of a lane
+	// in it go out with it, acked in order.
+	pendingBatch []*Entry[int64]
+	// abortedLanes: once a lane's record was aborted, its later records
+	// out are aborted too (a delivery that stops stops its whole batch).
+	abortedLanes map[string]bool
+}
+
+func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window int64) *model {
+	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	md := &model{
+		t: t, rnd: rnd,
+		delivered:    map[int64]int{},
+		dispatched:   map[int64]bool{},
+		abortedLanes: map[string]bool{},
+		lastCommit:   -1, lastWM: -1, flushedWM: -1,
+		now: time.Unix(1_700_000_000, 0),
+	}
+	md.cfg = Config{Ordering: ordering, MaxWindow: window, Batch: batch, Clock: func() time.Time { return md.now }}
+	m, err := New[int64](md.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.m = m
+	// The log: offsets with gaps (compaction, aborted data), markers, a
+	// few keys and keyless records.
+	off := int64(rnd.IntN(50))
+	n := 20 + rnd.IntN(200)
+	keys := 1 + rnd.IntN(6)
+	for range n {
+		if rnd.IntN(8) == 0 {
+			off += int64(1 + rnd.IntN(5))
+		}
+		r := logRecord{offset: off}
+		switch {
+		case rnd.IntN(12) == 0:
+			r.control = true
+		case rnd.IntN(6) == 0:
+			// keyless
+		default:
+			r.key = fmt.Appendf(nil, "k%d", rnd.IntN(keys))
+		}
+		md.log = append(md.log, r)
+		off++
+	}
+	md.logEnd = off
+	// Where the group resumes: nothing committed (the first record is the
+	// start), or a commit somewhere in the log.
+	md.base = -1
+	if rnd.IntN(2) == 0 {
+		md.base = md.log[rnd.IntN(len(md.log))].offset
+		for md.fetchAt < len(md.log) && md.log[md.fetchAt].offset < md.base {
+			md.fetchAt++
+		}
+	}
+	// A previous owner acked some offsets at or above the base.
+	if rnd.IntN(2) == 0 {
+		for _, r := range md.log[md.fetchAt:] {
+			if rnd.IntN(4) == 0 {
+				md.preAck.AddOffset(r.offset)
+			}
+		}
+	}
+	return md
+}
+
+func (md *model) start() int64 {
+	if md.base >= 0 {
+		return md.base
+	}
+	return md.log[0].offset
+}
+
+// step runs one random operation.
+func (md *model) step(op byte) {
+	md.steps++
+	md.now = md.now.Add(time.Duration(md.rnd.IntN(20)) * time.Millisecond)
+	switch op % 10 {
+	case 0, 1:
+		md.fetch()
+	case 2, 3, 4:
+		md.dispatch()
+	case 5, 6, 7:
+		md.complete(true)
+	case 8:
+		md.flush()
+		md.commit()
+	case 9:
+		switch md.rnd.IntN(12) {
+		case 0:
+			md.refetch()
+		case 1:
+			if !md.stopped && md.rnd.IntN(4) == 0 {
+				md.m.Stop()
+				md.stopped = true
+			}
+		case 2:
+			if md.stopped {
+				md.complete(false)
+			}
+		default:
+			md.flush()
+		}
+	}
+	md.check()
+}
+
+func (md *model) record(r logRecord) Record[int64] {
+	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: 1 + int(r.offset%7), Payload: r.offset}
+}
+
+func (md *model) fetch() {
+	if md.fetchAt >= len(md.log) {
+		return
+	}
+	if md.m.Paused() && md.rnd.IntN(4) != 0 {
+		return // a paused partition mostly gets nothing; records in flight may still land
+	}
+	n := 1 + md.rnd.IntN(20)
+	var recs []Record[int64]
+	for ; n > 0 && md.fetchAt < len(md.log); n-- {
+		recs = append(recs, md.record(md.log[md.fetchAt]))
+		md.fetchAt++
+	}
+	md.m.Offer(recs)
+}
+
+// refetch offers records again (a fetch from an older position).
+func (md *model) refetch() {
+	if md.fetchAt == 0 {
+		return
+	}
+	from := md.rnd.IntN(md.fetchAt)
+	var recs []Record[int64]
+	for i := from; i < md.fetchAt && i < from+10; i++ {
+		recs = append(recs, md.record(md.log[i]))
+	}
+	// A refetch arrives only once the backlog was accepted; a fetch session
+	// never hands records out of order.
+	if md.m.Backlog() == 0 {
+		md.m.Offer(recs)
+	}
+}
+
+func (md *model) laneOf(off int64) (string, bool) {
+	r := md.find(off)
+	switch {
+	case md.cfg.Ordering == OrderNone:
+		return "", false
+	case md.cfg.Ordering == OrderPartition:
+		return "", true
+	case r.key == nil:
+		return "", false
+	}
+	return string(r.key), true
+}
+
+func (md *model) find(off int64) logRecord {
+	for _, r := range md.log {
+		if r.offset == off {
+			return r
+		}
+	}
+	md.t.Fatalf("offset %d not in the log", off)
+	return logRecord{}
+}
+
+// sent checks one dispatch against order and at-least-once.
+func (md *model) sent(e *Entry[int64]) {
+	off := e.Offset
+	r := md.find(off)
+	switch {
+	case r.control:
+		md.t.Fatalf("step %d: marker %d dispatched", md.steps, off)
+	case md.preAck.Contains(off):
+		md.t.Fatalf("step %d: offset %d acked by the previous owner dispatched again", md.steps, off)
+	case off < md.start():
+		md.t.Fatalf("step %d: offset %d below the start %d dispatched", md.steps, off, md.start())
+	case md.dispatched[off]:
+		md.t.Fatalf("step %d: offset %d dispatched twice", md.steps, off)
+	case md.stopped:
+		md.t.Fatalf("step %d: offset %d dispatched after Stop", md.steps, off)
+	case e.Payload != off:
+		md.t.Fatalf("step %d: entry %d carries payload %d", md.steps, off, e.Payload)
+	}
+	if key, ok := md.laneOf(off); ok {
+		for _, o := range md.log {
+			if o.offset >= off {
+				break
+			}
+			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) {
+				continue
+			}
+			if k, ok := md.laneOf(o.offset); ok && k == key && md.delivered[o.offset] == 0 && !md.inBatchBefore(o.offset) {
+				md.t.Fatalf("step %d: offset %d of lane %q dispatched before %d was acked", md.steps, off, key, o.offset)
+			}
+		}
+	}
+	md.dispatched[off] = true
+	md.out = append(md.out, e)
+}
+
+func (md *model) inBatchBefore(off int64) bool {
+	for _, e := range md.pendingBatch {
+		if e.Offset == off {
+			return true
+		}
+	}
+	return false
+}
+
+func (md *model) dispatch() {
+	if md.cfg.Batch.MaxRecords > 0 {
+		batch, wait := md.m.Assemble()
+		if batch == nil {
+			if wait > 0 {
+				md.now = md.now.Add(wait)
+			}
+			return
+		}
+		md.batchesSeen++
+		if len(batch) > md.cfg.Batch.MaxRecords {
+			md.t.Fatalf("batch of %d records, max %d", len(batch), md.cfg.Batch.MaxRecords)
+		}
+		md.m.DispatchBatch(batch)
+		md.pendingBatch = batch
+		for _, e := range batch {
+			md.sent(e)
+		}
+		md.pendingBatch = nil
+		return
+	}
+	for range 1 + md.rnd.IntN(4) {
+		e := md.m.Peek()
+		if e == nil {
+			return
+		}
+		if err := md.m.Dispatch(e); err != nil {
+			md.t.Fatal(err)
+		}
+		md.sent(e)
+	}
+}
+
+// complete reports the result of one dispatched record that may finish
+// now: the first of its lane among those out.
+func (md *model) complete(acked bool) {
+	if len(md.out) == 0 {
+		return
+	}
+	var candidates []int
+	seen := map[string]bool{}
+	for i, e := range md.out {
+		key, ok := md.laneOf(e.Offset)
+		if ok && seen[key] {
+			continue
+		}
+		if ok {
+			seen[key] = true
+		}
+		candidates = append(candidates, i)
+	}
+	i := candidates[md.rnd.IntN(len(candidates))]
+	e := md.out[i]
+	md.out = append(md.out[:i], md.out[i+1:]...)
+	key, laned := md.laneOf(e.Offset)
+	if laned && md.abortedLanes[key] {
+		acked = false
+	}
+	if laned && !acked {
+		md.abortedLanes[key] = true
+	}
+	if acked {
+		md.delivered[e.Offset]++
+	} else {
+		// Aborted: it stays pending and is never sent again by this owner.
+		delete(md.dispatched, e.Offset)
+	}
+	md.m.Done(e, acked)
+}
+
+func (md *model) flush() {
+	if !md.m.Dirty() {
+		return
+	}
+	s := md.m.Snapshot()
+	if s.Watermark >= 0 {
+		md.flushedWM = max(md.flushedWM, s.Watermark)
+	}
+	md.m.Flushed(s)
+}
+
+func (md *model) commit() {
+	c, ok := md.m.CommitCandidate()
+	if !ok {
+		return
+	}
+	if c <= md.lastCommit {
+		md.t.Fatalf("step %d: commit candidate %d does not move past %d", md.steps, c, md.lastCommit)
+	}
+	if c > md.flushedWM {
+		md.t.Fatalf("step %d: commit candidate %d ahead of the flushed watermark %d", md.steps, c, md.flushedWM)
+	}
+	if u := md.firstUnacked(); c > u {
+		md.t.Fatalf("step %d: commit candidate %d passes offset %d, which is not acked", md.steps, c, u)
+	}
+	md.lastCommit = c
+	md.m.SetCommitted(c)
+}
+
+// firstUnacked is the lowest offset at or above the start that must still
+// be delivered (fetched or not), or the log end.
+func (md *model) firstUnacked() int64 {
+	for _, r := range md.log {
+		if r.offset < md.start() || r.control || md.preAck.Contains(r.offset) || md.delivered[r.offset] > 0 {
+			continue
+		}
+		return r.offset
+	}
+	return md.logEnd
+}
+
+func (md *model) check() {
+	m := md.m
+	if p := m.Pending(); p > int(md.cfg.MaxWindow) {
+		md.t.Fatalf("step %d: %d records pending, window %d", md.steps, p, md.cfg.MaxWindow)
+	}
+	md.maxPending = max(md.maxPending, m.Pending())
+	wm := m.Watermark()
+	if wm >= 0 {
+		if wm < md.lastWM {
+			md.t.Fatalf("step %d: watermark moved back from %d to %d", md.steps, md.lastWM, wm)
+		}
+		if u := md.firstUnacked(); wm > u {
+			md.t.Fatalf("step %d: watermark %d passes offset %d, which is not acked", md.steps, wm, u)
+		}
+		md.lastWM = wm
+	}
+	if m.InFlight() != len(md.out) {
+		md.t.Fatalf("step %d: machine has %d in flight, model %d", md.steps, m.InFlight(), len(md.out))
+	}
+	for off, n := range md.delivered {
+		if n > 1 {
+			md.t.Fatalf("step %d: offset %d acked %d times", md.steps, off, n)
+		}
+	}
+}
+
+// finish delivers everything left and checks that the partition ends
+// complete: every record delivered once, watermark and commit at the end.
+func (md *model) finish() {
+	if md.stopped {
+		// A drained owner hands over: what it had not acked stays pending.
+		for len(md.out) > 0 {
+			md.complete(md.rnd.IntN(2) == 0)
+			md.check()
+		}
+		md.flush()
+		md.commit()
+		return
+	}
+	for guard := 0; ; guard++ {
+		if guard > 100000 {
+			md.t.Fatalf("no progress: watermark %d, log end %d, pending %d, backlog %d", md.m.Watermark(), md.logEnd, md.m.Pending(), md.m.Backlog())
+		}
+		md.fetch()
+		md.dispatch()
+		for len(md.out) > 0 {
+			md.complete(true)
+		}
+		md.flush()
+		md.commit()
+		md.check()
+		if md.fetchAt >= len(md.log) && md.m.Backlog() == 0 && md.m.Pending() == 0 {
+			break
+		}
+	}
+	for _, r := range md.log {
+		if r.offset < md.start() || r.control || md.preAck.Contains(r.offset) {
+			continue
+		}
+		if md.delivered[r.offset] != 1 {
+			md.t.Fatalf("offset %d delivered %d times", r.offset, md.delivered[r.offset])
+		}
+	}
+	if wm := md.m.Watermark(); wm != md.logEnd {
+		md.t.Fatalf("final watermark %d, log end %d", wm, md.logEnd)
+	}
+	if md.lastCommit != md.logEnd {
+		md.t.Fatalf("final commit %d, log end %d", md.lastCommit, md.logEnd)
+	}
+	if md.m.Paused() && md.m.Next()-md.m.Watermark() <= md.cfg.MaxWindow/2 {
+		md.t.Fatalf("paused with an empty window")
+	}
+}
+
+// run plays one whole case: optional commit before the claim, records
+// that arrive before it, the claim, then ops.
+func (md *model) run(ops []byte) {
+	if md.base >= 0 {
+		md.m.SetCommitted(md.base)
+	}
+	if md.rnd.IntN(3) == 0 {
+		md.fetch() // fetched before the claim: held, not accepted
+		if md.m.Pending() != 0 {
+			md.t.Fatalf("%d records accepted before the claim", md.m.Pending())
+		}
+		if !md.m.Paused() {
+			md.t.Fatal("an unclaimed partition is not paused")
+		}
+	}
+	md.m.Claim(md.preAck.Clone())
+	for _, op := range ops {
+		md.step(op)
+	}
+	md.finish()
+}
+
+// modelCase decodes fuzz input into a case: its settings, then the ops.
+func modelCase(t testing.TB, data []byte) (*model, []byte) {
+	var hdr [12]byte
+	copy(hdr[:], data)
+	seed := binary.LittleEndian.Uint64(hdr[:8])
+	ordering := Ordering(hdr[8] % 3)
+	var batch Batch
+	if hdr[9]%3 == 0 {
+		batch = Batch{MaxRecords: 1 + int(hdr[9]%7), MaxBytes: int(hdr[10] % 16), MaxWait: time.Duration(hdr[10]%4) * 10 * time.Millisecond}
+	}
+	window := int64(1 + hdr[11]%40)
+	var ops []byte
+	if len(data) > len(hdr) {
+		ops = data[len(hdr):]
+	}
+	return newModel(t, seed, ordering, batch, window), ops
+}
+
+// FuzzMachine explores op sequences; its seeds run in every `go test`.
+func FuzzMachine(f *testing.F) {
+	f.Add([]byte("\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x05\x00\x02\x05\x00\x02\x05\x08"))
+	f.Add([]byte("\x02\x00\x00\x00\x00\x00\x00\x00\x01\x00\x07\x02\x00\x00\x00\x02\x02\x05\x05\x05\x08\x09\x09"))
+	f.Add([]byte("\x03\x00\x00\x00\x00\x00\x00\x00\x02\x03\x03\x0a\x00\x00\x02\x02\x02\x05\x05\x08\x09\x00\x02\x05"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		md, ops := modelCase(t, data)
+		md.run(ops)
+	})
+}
+
+// TestMachineModel runs many random cases across orderings, batching and
+// windows. The count of cases and steps is logged (go test -v).
+func TestMachineModel(t *testing.T) {
+	cases := 3000
+	if testing.Short() {
+		cases = 300
+	}
+	steps, batches := 0, 0
+	rnd := rand.New(rand.NewPCG(42, 7))
+	for i := range cases {
+		data := make([]byte, 12+rnd.IntN(400))
+		for j := range data {
+			data[j] = byte(rnd.IntN(256))
+		}
+		md, ops := modelCase(t, data)
+		md.run(ops)
+		steps += md.steps
+		batches += md.batchesSeen
+		if t.Failed() {
+			t.Fatalf("case %d failed", i)
+		}
+	}
+	t.Logf("state machine model: %d cases, %d steps, %d batches", cases, steps, batches)
+}

@@ -196,7 +196,8 @@ func (m *Machine[P]) Claimed() bool { return m.claimed }
 
 // Offer hands fetched records over, in offset order. They are accepted
 // while the window has room (and the partition is claimed); the rest wait
-// in a backlog that acks drain.
+// in a backlog that acks drain. The machine takes recs over: the caller
+// must not use the slice again.
 func (m *Machine[P]) Offer(recs []Record[P]) {
 	if len(recs) == 0 {
 		return

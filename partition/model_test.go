@@ -139,8 +139,13 @@ func (md *model) step(op byte) {
 	case 5, 6, 7:
 		md.complete(true)
 	case 8:
-		md.flush()
-		md.commit()
+		// Flushes and commits run on their own clocks: a commit may come
+		// long after the last flush, with many acks in between.
+		if md.rnd.IntN(2) == 0 {
+			md.flush()
+		} else {
+			md.commit()
+		}
 	case 9:
 		switch md.rnd.IntN(12) {
 		case 0:

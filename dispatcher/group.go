@@ -455,6 +455,8 @@ type PartitionStats struct {
 	Watermark int64
 	Committed int64
 	Paused    bool
+	// Claimed is false until the tracker accepted this node's claim.
+	Claimed bool
 }
 
 func (g *group) stats() GroupStats {

@@ -91,6 +91,12 @@ func startNodeWith(t *testing.T, brokers []string, rdb redis.UniversalClient, su
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startNodeTracking(t, brokers, tracker, subs, mod)
+}
+
+// startNodeTracking starts a node over a tracker the test configured.
+func startNodeTracking(t *testing.T, brokers []string, tracker dispatcher.Tracker, subs dispatcher.Subscriptions, mod func(*dispatcher.Config)) *nodeHandle {
+	t.Helper()
 	cfg := dispatcher.Config{
 		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
 		Brokers:        brokers,

@@ -115,6 +115,10 @@ type Ownership struct {
 	Subscription string `json:"subscription"`
 	Topic        string `json:"topic"`
 	Partition    int32  `json:"partition"`
+	// Claimed is false while the partition is assigned to this node but
+	// its claim in the tracker is refused or failing: nothing of it is
+	// delivered then.
+	Claimed bool `json:"claimed"`
 }
 
 // Owned lists the partitions this node owns right now, sorted.
@@ -122,7 +126,7 @@ func (n *Node) Owned() []Ownership {
 	var out []Ownership
 	for _, g := range n.Stats() {
 		for _, p := range g.Partitions {
-			out = append(out, Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition})
+			out = append(out, Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed})
 		}
 	}
 	return out

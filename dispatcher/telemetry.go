@@ -137,6 +137,20 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			}))
 		must(e)
 	}
+	_, e = m.Int64ObservableGauge("keyhook.partitions.unclaimed", metric.WithDescription("Partitions assigned to this node whose claim in the tracker is refused or failing (or fenced): nothing of them is delivered."), metric.WithUnit("{partition}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, g := range n.groups() {
+				var unclaimed int64
+				for _, w := range g.snapshotWorkers() {
+					if !w.pub.claimed.Load() || w.pub.fenced.Load() {
+						unclaimed++
+					}
+				}
+				o.Observe(unclaimed, metric.WithAttributeSet(g.attrs))
+			}
+			return nil
+		}))
+	must(e)
 	partitionGauge("keyhook.partition.paused", "1 while fetching the partition is paused (window full or not yet claimed).", "",
 		func(w *worker) (int64, bool) {
 			if w.pub.paused.Load() {

@@ -93,6 +93,7 @@ type published struct {
 	commitable atomic.Int64
 	paused     atomic.Bool
 	fenced     atomic.Bool
+	claimed    atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.
@@ -225,10 +226,11 @@ func (w *worker) run() {
 				continue
 			}
 			if err := w.claim(); err != nil {
-				if errors.Is(err, tracking.ErrFenced) {
-					w.becomeFenced(err)
-					continue
-				}
+				// A refusal means a fresh claim of a newer generation is
+				// stored: its owner releases it, it goes stale, or Kafka
+				// gives this node a newer generation (claim reads it).
+				// Until then the partition is assigned but not claimed,
+				// which status and metrics show.
 				w.log.Warn("claim failed; retrying", "err", err, "in", claimWait)
 				claimRetry.Reset(claimWait)
 				claimWait = min(2*claimWait, 5*time.Second)
@@ -315,6 +317,7 @@ func (w *worker) publish() {
 	w.pub.watermark.Store(w.m.Watermark())
 	w.pub.next.Store(w.m.Next())
 	w.pub.pending.Store(int64(w.m.Pending()))
+	w.pub.claimed.Store(w.m.Claimed())
 	c, ok := w.m.CommitCandidate()
 	if !ok {
 		c = -1
@@ -507,5 +510,6 @@ func (w *worker) stats() PartitionStats {
 		Watermark: w.pub.watermark.Load(),
 		Committed: w.committed.Load(),
 		Paused:    w.pub.paused.Load(),
+		Claimed:   w.pub.claimed.Load() && !w.pub.fenced.Load(),
 	}
 }

@@ -16,6 +16,9 @@ import (
 	"github.com/keyhook/keyhook/webhooks"
 )
 
+// DefaultMaxBufferedBytes is Config.MaxBufferedBytes when zero.
+const DefaultMaxBufferedBytes = 128 << 20
+
 // Config tunes a Node. The zero value of every field means its default.
 type Config struct {
 	// NodeID names this node in the tracking state and in status. Required.
@@ -39,6 +42,11 @@ type Config struct {
 	// and the fetch position; above it fetching the partition pauses, and it
 	// resumes below half of it. Default 10000.
 	MaxWindow int64
+	// MaxBufferedBytes bounds, over every partition and subscription of
+	// the node, the bytes of fetched records held until they are acked
+	// (key, value and headers); at the bound, fetching pauses where records
+	// wait. Default 128 MiB, sized for a 512 MiB container.
+	MaxBufferedBytes int64
 	// SessionTimeout is the consumer group session timeout. Default 10s.
 	SessionTimeout time.Duration
 	// ResyncInterval is how often the subscription set is re-read even
@@ -70,6 +78,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWindow == 0 {
 		c.MaxWindow = 10000
+	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 10 * time.Second
@@ -108,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dispatcher: DrainTimeout %v must not be negative", c.DrainTimeout)
 	case c.MaxWindow < 0:
 		return fmt.Errorf("dispatcher: MaxWindow %d must not be negative", c.MaxWindow)
+	case c.MaxBufferedBytes < 0:
+		return fmt.Errorf("dispatcher: MaxBufferedBytes %d must not be negative", c.MaxBufferedBytes)
 	case c.SessionTimeout < 0:
 		return fmt.Errorf("dispatcher: SessionTimeout %v must not be negative", c.SessionTimeout)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
@@ -54,5 +56,62 @@ func TestFencedClaimIsRetriedUntilItSucceeds(t *testing.T) {
 	sink.WaitAcked(t, 50, 30*time.Second)
 	if owned = h.node.Owned(); len(owned) != 1 || !owned[0].Claimed {
 		t.Fatalf("owned = %+v after the claim; want claimed", owned)
+	}
+}
+
+// An endpoint outage fills every partition's window; the node's byte
+// budget bounds what all of them hold together, so the node cannot grow
+// past its memory limit however many partitions it owns.
+func TestBufferedBytesAreBoundedPerNode(t *testing.T) {
+	brokers := testutil.Kfake(t, 4, "outage")
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	sink.Status = func(*testutil.Delivery) int { return 503 }
+	const valueBytes, budget = 1024, 64 << 10
+	produceValues(t, brokers, "outage", 400, valueBytes)
+	sub := newSub("outage", "outage", sink.URL, subscription.OrderKey, 4)
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
+		c.MaxBufferedBytes = budget
+	})
+	// Every partition gets records until the budget is used up.
+	deadline := time.Now().Add(20 * time.Second)
+	peak, owned := int64(0), 0
+	for time.Now().Before(deadline) {
+		var pending int64
+		for _, g := range h.node.Stats() {
+			owned = len(g.Partitions)
+			for _, p := range g.Partitions {
+				pending += p.Pending
+			}
+		}
+		peak = max(peak, pending)
+		if b := h.node.BufferedBytes(); b > budget {
+			t.Fatalf("node holds %d bytes, budget %d", b, budget)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if time.Until(deadline) < 15*time.Second && owned == 4 && pending > 0 {
+			break
+		}
+	}
+	if limit := int64(budget / valueBytes); peak > limit || peak == 0 {
+		t.Fatalf("%d records held at the peak over %d partitions; want 1..%d (the budget)", peak, owned, limit)
+	}
+}
+
+// produceValues writes n records of valueBytes each over the topic's
+// partitions, 10 keys per partition.
+func produceValues(t *testing.T, brokers []string, topic string, n, valueBytes int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var rs []*kgo.Record
+	for i := range n {
+		rs = append(rs, &kgo.Record{Topic: topic, Partition: int32(i % 4), Key: fmt.Appendf(nil, "k%d", i%40), Value: make([]byte, valueBytes)})
+	}
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 }

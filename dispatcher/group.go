@@ -92,6 +92,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	}
 	g.initTelemetry()
 	g.partition = partitionConfig(s, n.cfg.MaxWindow)
+	g.partition.Budget = n.budget
 	if err := g.partition.Validate(); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -455,6 +456,8 @@ type PartitionStats struct {
 	Watermark int64
 	Committed int64
 	Paused    bool
+	// Pending counts fetched records not yet acked.
+	Pending int64
 	// Claimed is false until the tracker accepted this node's claim.
 	Claimed bool
 }

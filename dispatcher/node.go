@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
@@ -41,6 +42,8 @@ type Node struct {
 	tracker Tracker
 	log     *slog.Logger
 	tel     *telemetry
+	// budget bounds the bytes all partitions of the node hold.
+	budget *partition.MemoryBudget
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -56,10 +59,15 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	if subs == nil || sender == nil || tracker == nil {
 		return nil, errors.New("dispatcher: subscriptions, sender and tracker are required")
 	}
+	budget, err := partition.NewMemoryBudget(cfg.MaxBufferedBytes)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: MaxBufferedBytes: %w", err)
+	}
 	n := &Node{
 		cfg: cfg, subs: subs, sender: sender, tracker: tracker,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
+		budget:  budget,
 	}
 	tel, err := newTelemetry(n)
 	if err != nil {
@@ -109,6 +117,10 @@ func (n *Node) Stats() []GroupStats {
 	sortStats(out)
 	return out
 }
+
+// BufferedBytes returns the bytes of fetched records the node holds until
+// they are acked, over every partition (bounded by MaxBufferedBytes).
+func (n *Node) BufferedBytes() int64 { return n.budget.Used() }
 
 // Ownership names a partition a node owns for a subscription.
 type Ownership struct {

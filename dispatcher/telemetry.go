@@ -137,6 +137,12 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			}))
 		must(e)
 	}
+	_, e = m.Int64ObservableGauge("keyhook.buffered.bytes", metric.WithDescription("Bytes of fetched records this node holds until they are acked, over every partition; fetching pauses at --max-buffered-bytes."), metric.WithUnit("By"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(n.budget.Used())
+			return nil
+		}))
+	must(e)
 	_, e = m.Int64ObservableGauge("keyhook.partitions.unclaimed", metric.WithDescription("Partitions assigned to this node whose claim in the tracker is refused or failing (or fenced): nothing of them is delivered."), metric.WithUnit("{partition}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, g := range n.groups() {

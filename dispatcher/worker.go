@@ -188,6 +188,8 @@ func (w *worker) do(f func()) bool {
 
 func (w *worker) run() {
 	defer close(w.done)
+	// What the partition held goes back to the node's budget.
+	defer w.m.Close()
 	flushT := time.NewTicker(w.g.n.cfg.FlushInterval)
 	defer flushT.Stop()
 	claimRetry := time.NewTimer(0)
@@ -252,6 +254,8 @@ func (w *worker) run() {
 		case f := <-w.ctrl:
 			f()
 		case <-flushT.C:
+			// Records that waited for room in the node's budget try again.
+			w.m.Refill()
 			w.flush()
 		}
 		w.publish()
@@ -290,11 +294,25 @@ func (w *worker) processInbox() {
 		recs := make([]partition.Record[*kgo.Record], len(rs))
 		for i, r := range rs {
 			recs[i] = partition.Record[*kgo.Record]{
-				Offset: r.Offset, Key: r.Key, Control: r.Attrs.IsControl(), Size: len(r.Value), Payload: r,
+				Offset: r.Offset, Key: r.Key, Control: r.Attrs.IsControl(), Size: len(r.Value),
+				Bytes: recordBytes(r), Payload: r,
 			}
 		}
 		w.m.Offer(recs)
 	}
+}
+
+// recordOverhead approximates what a fetched record holds beyond its
+// bytes: the kgo.Record, its entry in the partition and the lane.
+const recordOverhead = 400
+
+// recordBytes is what r holds in memory while pending.
+func recordBytes(r *kgo.Record) int64 {
+	n := recordOverhead + len(r.Key) + len(r.Value) + len(r.Topic)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 32
+	}
+	return int64(n)
 }
 
 func (w *worker) processResults() {
@@ -510,6 +528,7 @@ func (w *worker) stats() PartitionStats {
 		Watermark: w.pub.watermark.Load(),
 		Committed: w.committed.Load(),
 		Paused:    w.pub.paused.Load(),
+		Pending:   w.pub.pending.Load(),
 		Claimed:   w.pub.claimed.Load() && !w.pub.fenced.Load(),
 	}
 }

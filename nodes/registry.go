@@ -30,6 +30,9 @@ type Ownership struct {
 	Subscription string `json:"subscription"`
 	Topic        string `json:"topic"`
 	Partition    int32  `json:"partition"`
+	// Claimed is false while the partition is assigned to the node but its
+	// claim in the tracking state is refused or failing.
+	Claimed bool `json:"claimed"`
 }
 
 // Info is what a node says of itself.

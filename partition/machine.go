@@ -47,6 +47,19 @@ type Config struct {
 	// Clock returns the time: when records are dispatched and how long a
 	// batch has waited. Default time.Now.
 	Clock func() time.Time
+	// Budget, when set, bounds the bytes that accepted records hold,
+	// shared with other partitions: a record is accepted only once its
+	// bytes are reserved, and released when it is acked or the machine is
+	// closed. Without room the partition pauses like a full window.
+	Budget Budget
+}
+
+// Budget is a byte budget shared by the partitions of a node.
+type Budget interface {
+	// Reserve takes n bytes, false (taking nothing) when they do not fit.
+	Reserve(n int64) bool
+	// Release gives n bytes back.
+	Release(n int64)
 }
 
 // Validate reports the first field that is wrong, by name.
@@ -76,6 +89,9 @@ type Record[P any] struct {
 	Control bool
 	// Size counts against Batch.MaxBytes (the value's length).
 	Size int
+	// Bytes is what the record holds in memory, counted against the
+	// Budget while it is pending.
+	Bytes int64
 	// Payload is the caller's record, handed back in the Entry.
 	Payload P
 }
@@ -90,8 +106,9 @@ type Entry[P any] struct {
 	// until then.
 	Dispatched time.Time
 
-	size int
-	lane *lane[P]
+	size  int
+	bytes int64
+	lane  *lane[P]
 	// taken: the record went out in a batch behind its lane's head, so it
 	// must not be made ready again when the head is acked.
 	taken bool
@@ -136,6 +153,8 @@ type Machine[P any] struct {
 	readySince time.Time
 	backlog    []Record[P]
 	inflight   int
+	// held is what pending records reserve of the Budget.
+	held int64
 
 	claimed bool
 	stopped bool // draining or fenced: nothing more is dispatched
@@ -215,7 +234,9 @@ func (m *Machine[P]) fill() {
 	if m.claimed {
 		i := 0
 		for ; i < len(m.backlog) && !m.full(); i++ {
-			m.accept(m.backlog[i])
+			if !m.accept(m.backlog[i]) {
+				break // no room in the Budget: Refill or an ack retries
+			}
 			m.backlog[i] = Record[P]{}
 		}
 		m.backlog = m.backlog[i:]
@@ -225,6 +246,28 @@ func (m *Machine[P]) fill() {
 	}
 	m.settle()
 }
+
+// Refill retries accepting the backlog: the Budget may have room again.
+func (m *Machine[P]) Refill() {
+	if len(m.backlog) > 0 {
+		m.fill()
+	}
+}
+
+// Close gives back every byte pending records hold of the Budget. The
+// machine accepts nothing more afterwards.
+func (m *Machine[P]) Close() {
+	if m.cfg.Budget != nil && m.held > 0 {
+		m.cfg.Budget.Release(m.held)
+	}
+	m.held = 0
+	m.claimed = false
+	m.backlog = nil
+	m.settle()
+}
+
+// Held returns the bytes pending records hold of the Budget.
+func (m *Machine[P]) Held() int64 { return m.held }
 
 // full reports whether the window between the watermark and the fetch
 // position is used up.
@@ -239,8 +282,9 @@ func (m *Machine[P]) full() bool {
 // accept places one fetched record: skipped when already done, otherwise
 // queued on its lane. Offsets the fetch stepped over (transaction markers,
 // compaction, aborted data) are not records and count as acked, so they
-// never stall the watermark.
-func (m *Machine[P]) accept(r Record[P]) {
+// never stall the watermark. It returns false, having placed nothing, when
+// the Budget has no room for the record.
+func (m *Machine[P]) accept(r Record[P]) bool {
 	off := r.Offset
 	if m.floor < 0 {
 		// No commit to start from (the reset policy chose): the first
@@ -251,7 +295,15 @@ func (m *Machine[P]) accept(r Record[P]) {
 		m.next = m.floor
 	}
 	if off < m.next || off < m.floor {
-		return // a refetch of something already placed or committed
+		return true // a refetch of something already placed or committed
+	}
+	// Only a record that will be pending holds memory.
+	hold := int64(0)
+	if m.cfg.Budget != nil && r.Bytes > 0 && !r.Control && !m.acked.Contains(off) {
+		if !m.cfg.Budget.Reserve(r.Bytes) {
+			return false
+		}
+		hold = r.Bytes
 	}
 	if off > m.next {
 		m.acked.Add(m.next, off)
@@ -262,13 +314,14 @@ func (m *Machine[P]) accept(r Record[P]) {
 	if r.Control {
 		m.acked.AddOffset(off)
 		m.settleWatermark()
-		return
+		return true
 	}
 	if m.acked.Contains(off) {
 		m.settleWatermark()
-		return // acked by a previous owner
+		return true // acked by a previous owner
 	}
-	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size}
+	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold}
+	m.held += hold
 	m.pending[off] = e
 	switch {
 	case m.cfg.Ordering == OrderNone:
@@ -280,12 +333,13 @@ func (m *Machine[P]) accept(r Record[P]) {
 	m.settleWatermark()
 	if e.lane == nil {
 		m.makeReady(e)
-		return
+		return true
 	}
 	e.lane.q = append(e.lane.q, e)
 	if len(e.lane.q) == 1 {
 		m.makeReady(e)
 	}
+	return true
 }
 
 func (m *Machine[P]) lane(key string) *lane[P] {
@@ -397,6 +451,10 @@ func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	}
 	m.acked.AddOffset(e.Offset)
 	delete(m.pending, e.Offset)
+	if e.bytes > 0 {
+		m.held -= e.bytes
+		m.cfg.Budget.Release(e.bytes)
+	}
 	m.version++
 	if l := e.lane; l != nil {
 		m.leaveLane(l, e)

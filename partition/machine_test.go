@@ -305,3 +305,36 @@ func TestBatchWaitsForMoreUntilMaxWait(t *testing.T) {
 		t.Fatalf("a batch that waited MaxWait did not go: %v", offsetsOf(b))
 	}
 }
+
+func TestBudgetBoundsHeldBytesAcrossPartitions(t *testing.T) {
+	budget, err := NewMemoryBudget(30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withBytes := func(rs []Record[string]) []Record[string] {
+		for i := range rs {
+			rs[i].Bytes = 10
+		}
+		return rs
+	}
+	a := newMachine(t, Config{Ordering: OrderNone, Budget: budget})
+	b := newMachine(t, Config{Ordering: OrderNone, Budget: budget})
+	a.Claim(nil)
+	b.Claim(nil)
+	a.Offer(withBytes(recs("0:a", "1:b")))
+	b.Offer(withBytes(recs("0:a", "1:b")))
+	if a.Pending() != 2 || b.Pending() != 1 || b.Backlog() != 1 || !b.Paused() || budget.Used() != 30 {
+		t.Fatalf("pending %d/%d backlog b %d paused b %v used %d; want 2/1, 1, true, 30", a.Pending(), b.Pending(), b.Backlog(), b.Paused(), budget.Used())
+	}
+	out := drainReady(t, a)
+	a.Done(out[0], true)
+	b.Refill()
+	if b.Pending() != 2 || b.Backlog() != 0 || budget.Used() != 30 {
+		t.Fatalf("after an ack elsewhere: pending b %d backlog %d used %d; want 2, 0, 30", b.Pending(), b.Backlog(), budget.Used())
+	}
+	a.Close()
+	b.Close()
+	if budget.Used() != 0 {
+		t.Fatalf("closed machines still hold %d bytes", budget.Used())
+	}
+}

@@ -60,6 +60,7 @@ type model struct {
 	// abortedLanes: once a lane's record was aborted, its later records
 	// out are aborted too (a delivery that stops stops its whole batch).
 	abortedLanes map[string]bool
+	budget       *MemoryBudget
 }
 
 func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window int64) *model {
@@ -73,6 +74,11 @@ func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window 
 		now: time.Unix(1_700_000_000, 0),
 	}
 	md.cfg = Config{Ordering: ordering, MaxWindow: window, Batch: batch, Clock: func() time.Time { return md.now }}
+	if rnd.IntN(2) == 0 {
+		// A node-wide byte budget, at least the largest record.
+		md.budget, _ = NewMemoryBudget(int64(8 + rnd.IntN(60)))
+		md.cfg.Budget = md.budget
+	}
 	m, err := New[int64](md.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +173,8 @@ func (md *model) step(op byte) {
 }
 
 func (md *model) record(r logRecord) Record[int64] {
-	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: 1 + int(r.offset%7), Payload: r.offset}
+	size := 1 + int(r.offset%7)
+	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: size, Bytes: int64(size), Payload: r.offset}
 }
 
 func (md *model) fetch() {
@@ -387,6 +394,11 @@ func (md *model) check() {
 		md.t.Fatalf("step %d: %d records pending, window %d", md.steps, p, md.cfg.MaxWindow)
 	}
 	md.maxPending = max(md.maxPending, m.Pending())
+	if md.budget != nil {
+		if md.budget.Used() != m.Held() || m.Held() > md.budget.Max() {
+			md.t.Fatalf("step %d: budget used %d, machine holds %d, max %d", md.steps, md.budget.Used(), m.Held(), md.budget.Max())
+		}
+	}
 	wm := m.Watermark()
 	if wm >= 0 {
 		if wm < md.lastWM {
@@ -425,6 +437,7 @@ func (md *model) finish() {
 			md.t.Fatalf("no progress: watermark %d, log end %d, pending %d, backlog %d", md.m.Watermark(), md.logEnd, md.m.Pending(), md.m.Backlog())
 		}
 		md.fetch()
+		md.m.Refill()
 		md.dispatch()
 		for len(md.out) > 0 {
 			md.complete(true)
@@ -446,6 +459,9 @@ func (md *model) finish() {
 	}
 	if wm := md.m.Watermark(); wm != md.logEnd {
 		md.t.Fatalf("final watermark %d, log end %d", wm, md.logEnd)
+	}
+	if md.m.Held() != 0 {
+		md.t.Fatalf("%d bytes held with nothing pending", md.m.Held())
 	}
 	if md.lastCommit != md.logEnd {
 		md.t.Fatalf("final commit %d, log end %d", md.lastCommit, md.logEnd)

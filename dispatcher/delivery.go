@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -347,7 +348,7 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 	)
 	// The original timestamp travels along: a redrive delivers it as it was.
 	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
-	wait := 100 * time.Millisecond
+	bo := backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
 	for {
 		err := g.client().ProduceSync(ctx, out).FirstErr()
 		if err == nil {
@@ -369,10 +370,9 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 		}
 		g.log.Error("dead-letter write failed; retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 			"dead_letter_topic", topic, "err", err, "trace_id", traceID)
-		if !sleepCtx(ctx, wait) {
+		if bo.Wait(ctx, 0) != nil {
 			return false
 		}
-		wait = min(2*wait, 10*time.Second)
 	}
 }
 

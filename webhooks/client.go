@@ -249,6 +249,12 @@ type Request struct {
 	Auth *Auth
 	// Timeout bounds each attempt; zero means the client's Timeout.
 	Timeout time.Duration
+	// FollowRedirects is how many 307/308 redirects each attempt of this
+	// request follows, under the rules of ClientConfig.FollowRedirects
+	// (every hop checked against the policy, no https to http downgrade,
+	// credentials dropped when the origin changes). Zero means the
+	// client's FollowRedirects; negative makes the attempt fail, final.
+	FollowRedirects int
 	// SpanAttributes are added to each attempt's span (the caller's
 	// context: what is being delivered).
 	SpanAttributes []attribute.KeyValue
@@ -350,7 +356,10 @@ func (c *Client) newRequest(ctx context.Context, r *Request, attempt int, now ti
 		if err := r.Auth.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
-		ctx = withCredentials(ctx, r.Auth.headerNames())
+	}
+	ctx = c.withRedirectRules(ctx, r)
+	if r.FollowRedirects < 0 {
+		return nil, fmt.Errorf("%w: follow redirects must not be negative", ErrInvalidRequest)
 	}
 	if r.Signer != nil && r.DeliveryID == "" {
 		return nil, fmt.Errorf("%w: a signed request needs a delivery id", ErrInvalidRequest)

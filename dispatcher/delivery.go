@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
@@ -73,10 +74,15 @@ func (g *group) deliveryLoop(ctx context.Context) {
 
 // deliver pushes one record until it is acked (delivered or dead-lettered)
 // or its partition's deliveries are aborted.
-func (g *group) deliver(rec *record) bool {
+func (g *group) deliver(rec *record) bool { return g.deliverFrom(rec, nil) }
+
+// deliverFrom is deliver, starting from ended when not nil: the final
+// result of a batch that spent its retry budget, which the record takes
+// as its own instead of a fresh budget.
+func (g *group) deliverFrom(rec *record, ended *webhooks.Result) bool {
 	id := DeliveryID(g.sub.ID, rec.r.Topic, rec.r.Partition, rec.r.Offset)
 	ctx, span := g.startDelivery(rec.w.deliverCtx, rec, id)
-	req, reqErr := g.request(rec, id)
+	req, reqErr := g.ep.Render(message(g.sub, rec.r, id))
 	if req != nil {
 		// The endpoint continues the delivery's trace (the sender replaces
 		// this with its attempt span's context when it traces too).
@@ -98,14 +104,18 @@ func (g *group) deliver(rec *record) bool {
 			g.retrying.Add(-1)
 		}
 	}()
+	policy := g.ep.Policy()
 	for {
 		var res webhooks.Result
-		if reqErr != nil {
+		switch {
+		case ended != nil:
+			res, ended = *ended, nil
+		case reqErr != nil:
 			now := time.Now()
 			res = webhooks.Result{Outcome: webhooks.OutcomeFinal, Err: reqErr, First: now, LastAt: now,
 				Last: webhooks.Attempt{Err: reqErr, Started: now}}
-		} else {
-			res = g.n.sender.Deliver(ctx, req, g.policy, onAttempt)
+		default:
+			res = g.n.sender.Deliver(ctx, req, policy, onAttempt)
 		}
 		switch res.Outcome {
 		case webhooks.OutcomeSuccess:
@@ -121,7 +131,7 @@ func (g *group) deliver(rec *record) bool {
 					"topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset,
 					"status", res.Last.Status, "trace_id", traceID(span))
 				span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-				if !sleepCtx(ctx, g.policy.MaxInterval) {
+				if !sleepCtx(ctx, policy.MaxInterval) {
 					g.endDelivery(ctx, span, rec, outcomeAborted, res)
 					return false
 				}
@@ -146,91 +156,89 @@ func (g *group) deliver(rec *record) bool {
 	}
 }
 
-// request builds the delivery of one record in the subscription's format.
-// A record that cannot be put in that format (say, a header that no HTTP
-// request can carry in CloudEvents binary mode) is an error: final, the
-// record is dead-lettered.
-// deliverBatch delivers records assembled by one worker in one request
-// (see subscription.Batch). Every record ends acked or aborted, and a
-// key's records are acked in offset order: a record the endpoint reports
-// failed holds back the later records of its key in the batch, and they go
-// again together. A batch the endpoint refuses for good, or one whose
-// retry budget is spent, is delivered record by record, so only a bad
-// record is dead-lettered.
+// deliverBatch delivers records assembled by one worker in batch requests
+// (see subscription.Batch, webhooks.Client.DeliverBatch). Every record
+// ends acked or aborted, and a key's records are acked in offset order: a
+// record the endpoint reports failed holds back the later records of its
+// key, and they go again together, every request counting once against
+// the subscription's retry budget. A batch the endpoint refuses for good
+// is delivered record by record, so only a bad record is dead-lettered;
+// records still failing when the budget is spent are dead-lettered as
+// they are, without a fresh budget each.
 func (g *group) deliverBatch(recs []*record) {
 	w := recs[0].w
 	ctx, span := g.tel.tracer.Start(w.deliverCtx, "process batch "+recs[0].r.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
 	defer span.End()
-	policy := g.policy
-	wait := policy.InitialInterval
-	started := time.Now()
-	for round := 1; ; round++ {
-		msgs := make([]*webhooks.Message, len(recs))
-		ids := make([]string, len(recs))
-		for i, r := range recs {
-			ids[i] = DeliveryID(g.sub.ID, r.r.Topic, r.r.Partition, r.r.Offset)
-			msgs[i] = message(g.sub, r.r, ids[i])
+	res := g.n.sender.DeliverBatch(ctx, &webhooks.BatchDelivery{
+		Messages: batchMessages(g.sub, recs),
+		Render: func(ms []*webhooks.Message) (*webhooks.Request, error) {
+			req, err := g.ep.RenderBatch(ms)
+			if err == nil {
+				g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+			}
+			return req, err
+		},
+		OnAttempt:   func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) },
+		OnDelivered: func(i int) { g.ackBatched(ctx, recs[i]) },
+	}, g.ep.Policy())
+	pending := make([]*record, len(res.Pending))
+	for j, i := range res.Pending {
+		pending[j] = recs[i]
+	}
+	switch {
+	case res.Outcome == webhooks.OutcomeSuccess:
+	case res.Outcome == webhooks.OutcomeFinal && res.Refused:
+		span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
+		g.deliverEach(ctx, pending, nil, nil)
+	case res.Outcome == webhooks.OutcomeFinal:
+		span.AddEvent("retry budget spent", trace.WithAttributes(attribute.Int("keyhook.failed", len(pending)-len(res.Held)), attribute.Int("keyhook.attempts", res.Attempts)))
+		held := make(map[*record]bool, len(res.Held))
+		for _, i := range res.Held {
+			held[recs[i]] = true
 		}
-		req, err := webhooks.NewBatchRequest(g.sub.Endpoint.URL, msgs)
-		if err != nil {
-			g.deliverEach(recs) // a record that cannot be encoded is dead-lettered alone
-			return
-		}
-		req.Signer, req.Auth, req.Timeout = g.signer(), g.auth, g.timeout
-		g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-		res := g.n.sender.Deliver(ctx, req, policy, func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) })
-		switch res.Outcome {
-		case webhooks.OutcomeSuccess:
-			br := webhooks.ParseBatchResponse(res.Last, ids)
-			failed := make(map[string]bool, len(br.Failed))
-			for _, id := range br.Failed {
-				failed[id] = true
-			}
-			held := map[*lane]bool{}
-			var again []*record
-			for i, r := range recs {
-				if failed[ids[i]] || r.lane != nil && held[r.lane] {
-					if r.lane != nil {
-						held[r.lane] = true
-					}
-					again = append(again, r)
-					continue
-				}
-				g.ackBatched(ctx, r)
-			}
-			if len(again) == 0 {
-				return
-			}
-			span.AddEvent("retry", trace.WithAttributes(attribute.Int("keyhook.failed", len(br.Failed)), attribute.Int("keyhook.round", round)))
-			recs = again
-			if policy.MaxAttempts > 0 && round >= policy.MaxAttempts || policy.MaxElapsed > 0 && time.Since(started) >= policy.MaxElapsed {
-				g.deliverEach(recs)
-				return
-			}
-			d := min(max(wait, br.RetryAfter), policy.MaxInterval)
-			wait = min(time.Duration(float64(wait)*policy.Multiplier), policy.MaxInterval)
-			if !sleepCtx(ctx, d) {
-				g.abortAll(recs)
-				return
-			}
-		case webhooks.OutcomeFinal:
-			span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-			g.deliverEach(recs)
-			return
-		default:
-			g.abortAll(recs)
-			return
-		}
+		g.deliverEach(ctx, pending, &res.Result, held)
+	default:
+		g.abortAll(pending)
 	}
 }
 
-// deliverEach delivers records one at a time in batch order, which keeps
-// each key's order; once one is aborted the rest are too.
-func (g *group) deliverEach(recs []*record) {
+// batchMessages is recs as webhooks sees a batch: each record's message
+// and its ordering group, the key lane it belongs to (none when the
+// subscription does not order by key).
+func batchMessages(sub *subscription.Subscription, recs []*record) []webhooks.BatchMessage {
+	lanes := make(map[*lane]int64)
+	out := make([]webhooks.BatchMessage, len(recs))
 	for i, r := range recs {
-		if !g.deliver(r) {
+		group := int64(webhooks.NoGroup)
+		if r.lane != nil {
+			g, ok := lanes[r.lane]
+			if !ok {
+				g = int64(len(lanes))
+				lanes[r.lane] = g
+			}
+			group = g
+		}
+		id := DeliveryID(sub.ID, r.r.Topic, r.r.Partition, r.r.Offset)
+		out[i] = webhooks.BatchMessage{Message: message(sub, r.r, id), Group: group}
+	}
+	return out
+}
+
+// deliverEach delivers records one at a time in batch order, which keeps
+// each key's order; once one is aborted the rest are too. With ended, the
+// records start from that final result (a spent batch budget) instead of
+// a fresh budget of their own, except the held ones: the endpoint took
+// them in the last request, and they waited only for an earlier record of
+// their key, settled by now.
+func (g *group) deliverEach(ctx context.Context, recs []*record, ended *webhooks.Result, held map[*record]bool) {
+	for i, r := range recs {
+		if held[r] {
+			g.ackBatched(ctx, r)
+			continue
+		}
+		if !g.deliverFrom(r, ended) {
 			g.abortAll(recs[i:])
 			return
 		}
@@ -254,26 +262,10 @@ func (g *group) ackBatched(ctx context.Context, r *record) {
 	r.w.pushResult(result{rec: r, acked: true})
 }
 
-func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, error) {
-	req, err := newRequest(g.sub, rec.r, deliveryID)
-	if err != nil {
-		return nil, err
-	}
-	req.Signer = g.signer()
-	req.Auth = g.auth
-	req.Timeout = g.timeout
-	return req, nil
-}
-
-// newRequest puts record r in sub's format, unsigned and without auth.
-// A batching subscription sends single records (a batch refused and sent
-// one by one) as envelopes, the shape its endpoint reads in batches.
+// newRequest renders record r as sub's endpoint receives it, signed and
+// with its credentials: what a redrive sends.
 func newRequest(sub *subscription.Subscription, r *kgo.Record, deliveryID string) (*webhooks.Request, error) {
-	f := webhooks.Format(sub.Format)
-	if sub.Batch.Enabled() {
-		f = webhooks.FormatEnvelope
-	}
-	return webhooks.NewRequest(sub.Endpoint.URL, f, message(sub, r, deliveryID), sub.CloudEventsType)
+	return delivery.New(sub, webhooks.RetryPolicy{}).Render(message(sub, r, deliveryID))
 }
 
 // message is record r as webhooks sees it: no Kafka, just a message with
@@ -295,30 +287,6 @@ func message(sub *subscription.Subscription, r *kgo.Record, deliveryID string) *
 		},
 		ContentType: sub.ContentType,
 	}
-}
-
-// signerState is a signer and the time it stops being right.
-type signerState struct {
-	signer *webhooks.Signer
-	until  time.Time // zero: until the subscription changes
-}
-
-// signer returns the subscription's signer, rebuilt when a rotated-out
-// secret expires. Two deliveries racing at the expiry both rebuild the
-// same signer; either result is right.
-func (g *group) signer() *webhooks.Signer {
-	now := time.Now()
-	if st := g.signing.Load(); st != nil && (st.until.IsZero() || now.Before(st.until)) {
-		return st.signer
-	}
-	st := &signerState{signer: g.sub.Signer(now)}
-	for _, sec := range g.sub.Signing.Secrets {
-		if sec.ExpiresAt != nil && sec.ExpiresAt.After(now) && (st.until.IsZero() || sec.ExpiresAt.Before(st.until)) {
-			st.until = *sec.ExpiresAt
-		}
-	}
-	g.signing.Store(st)
-	return st.signer
 }
 
 // deadLetter writes the record to the dead-letter topic with why it failed.

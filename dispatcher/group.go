@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
-	"github.com/keyhook/keyhook/webhooks"
 )
 
 type topicPartition struct {
@@ -37,13 +37,8 @@ type group struct {
 	cl  atomic.Pointer[kgo.Client]
 	log *slog.Logger
 	tel *telemetry
-	// The subscription's delivery policy, resolved once.
-	policy  webhooks.RetryPolicy
-	auth    *webhooks.Auth
-	timeout time.Duration
-	// signing is the signer of the moment, read by every delivery without
-	// a lock and rebuilt when a rotated-out secret expires.
-	signing atomic.Pointer[signerState]
+	// ep renders and paces the subscription's deliveries, resolved once.
+	ep *delivery.Endpoint
 	// Metric attribute sets, built once so the hot path allocates none.
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set
@@ -88,9 +83,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		workers: make(map[topicPartition]*worker),
 	}
 	g.initTelemetry()
-	g.policy = s.Retry.Policy(n.cfg.Retry)
-	g.auth = s.Endpoint.Auth.Auth()
-	g.timeout = time.Duration(s.Endpoint.TimeoutMS) * time.Millisecond
+	g.ep = delivery.New(s, n.cfg.Retry)
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {

@@ -14,9 +14,11 @@ import (
 	"github.com/keyhook/keyhook/webhooks"
 )
 
-// Sender delivers one request with retries; webhooks.Client implements it.
+// Sender delivers requests, alone or in batches, with retries;
+// webhooks.Client implements it.
 type Sender interface {
 	Deliver(ctx context.Context, r *webhooks.Request, p webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result
+	DeliverBatch(ctx context.Context, b *webhooks.BatchDelivery, p webhooks.RetryPolicy) webhooks.BatchDeliveryResult
 }
 
 // Tracker keeps partition state where another node can find it;

@@ -95,7 +95,7 @@ func (c *Client) DeliverBatch(ctx context.Context, b *BatchDelivery, p RetryPoli
 			err = fmt.Errorf("webhooks: render batch: %w", err)
 			return step{a: Attempt{Number: n, Err: err, Started: now}, outcome: OutcomeFinal, err: err}, nil
 		}
-		a, err := c.sendLimited(ctx, req, n)
+		a, err := c.limited(ctx, req, n)
 		if err != nil {
 			return step{}, err
 		}

@@ -73,14 +73,12 @@ func sameOrigin(a, b *http.Request) bool {
 	return errA == nil && errB == nil && oa == ob
 }
 
-// withRedirectRules records in ctx how r may be redirected.
-func (c *Client) withRedirectRules(ctx context.Context, r *Request) context.Context {
-	rules := redirectRules{limit: r.FollowRedirects}
+// withRedirectRules records in ctx how r may be redirected, credentials
+// naming its credential headers.
+func (c *Client) withRedirectRules(ctx context.Context, r *Request, credentials []string) context.Context {
+	rules := redirectRules{limit: r.FollowRedirects, credentials: credentials}
 	if rules.limit == 0 {
 		rules.limit = c.cfg.FollowRedirects
-	}
-	if r.Auth != nil {
-		rules.credentials = r.Auth.headerNames()
 	}
 	if rules.limit == 0 {
 		return ctx // nothing is followed, so nothing needs dropping

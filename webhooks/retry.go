@@ -118,7 +118,7 @@ type Result struct {
 // the dead-letter topic instead of stalling the key forever.
 func (c *Client) Deliver(ctx context.Context, r *Request, p RetryPolicy, onAttempt func(Attempt)) Result {
 	return c.retry(ctx, p, func(ctx context.Context, n int) (step, error) {
-		a, err := c.sendLimited(ctx, r, n)
+		a, err := c.limited(ctx, r, n)
 		if err != nil {
 			return step{}, err
 		}
@@ -204,33 +204,6 @@ func (c *Client) retry(ctx context.Context, p RetryPolicy, try func(ctx context.
 			return interrupted(ctx, res)
 		}
 	}
-}
-
-// sendLimited is Send inside a slot of the endpoint's limiter, when the
-// client has limiters. It fails only when ctx ends while waiting for a
-// slot; the attempt is then not made.
-func (c *Client) sendLimited(ctx context.Context, r *Request, n int) (Attempt, error) {
-	if c.cfg.Limiters == nil {
-		return c.Send(ctx, r, n), nil
-	}
-	lim, err := c.cfg.Limiters.For(r.URL)
-	if err != nil {
-		// An unusable URL: Send reports it as a final attempt.
-		return c.Send(ctx, r, n), nil
-	}
-	release, err := lim.Acquire(ctx)
-	if err != nil {
-		return Attempt{}, err
-	}
-	a := c.Send(ctx, r, n)
-	status := a.Status
-	if n > 1 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
-		// A retry answered the same says nothing new about the endpoint's
-		// load: only first attempts may lower the limit.
-		status = 0
-	}
-	release(status)
-	return a, nil
 }
 
 func interrupted(ctx context.Context, res Result) Result {

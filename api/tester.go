@@ -3,15 +3,13 @@ package api
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -29,16 +27,8 @@ const (
 	TestDeliveryIDPrefix = "test_"
 )
 
-// Header names of a test delivery, as a real delivery sends them, plus
-// HeaderTest.
-const (
-	headerSubscription = "Keyhook-Subscription"
-	headerKey          = "Keyhook-Key"
-	headerKeyBase64    = "Keyhook-Key-Base64"
-	headerTimestamp    = "Keyhook-Timestamp"
-	// HeaderTest marks a test delivery, with value "true".
-	HeaderTest = "Keyhook-Test"
-)
+// HeaderTest marks a test delivery, with value "true", in every format.
+const HeaderTest = "Keyhook-Test"
 
 // TestRequest is the optional body of a test delivery.
 type TestRequest struct {
@@ -91,40 +81,25 @@ func NewWebhookTester(sender Sender) (*WebhookTester, error) {
 	return &WebhookTester{sender: sender, now: time.Now}, nil
 }
 
-// Test sends one attempt, never retried, bounded by the subscription's
-// endpoint timeout when it sets one (the sender's otherwise), and
-// reports the outcome.
+// Test sends one attempt, never retried, rendered as a real delivery of
+// the subscription is (its format, signature, credentials, timeout and
+// redirect allowance), with a test_ delivery id and Keyhook-Test: true,
+// and reports the outcome.
 func (t *WebhookTester) Test(ctx context.Context, sub *subscription.Subscription, req TestRequest) (*TestResult, error) {
-	body := []byte(req.Value)
-	if len(body) == 0 {
-		var err error
-		body, err = json.Marshal(map[string]string{"keyhook": "test", "subscription": sub.ID})
-		if err != nil {
-			return nil, err
-		}
+	m, err := t.message(sub, req)
+	if err != nil {
+		return nil, err
 	}
-	h := make(http.Header)
-	h.Set(headerSubscription, sub.ID)
-	h.Set(HeaderTest, "true")
-	h.Set(headerTimestamp, t.now().UTC().Format(time.RFC3339Nano))
-	if req.Key != nil {
-		if headerSafe(*req.Key) {
-			h.Set(headerKey, *req.Key)
-		} else {
-			h.Set(headerKeyBase64, base64.StdEncoding.EncodeToString([]byte(*req.Key)))
-		}
+	r, err := delivery.New(sub, webhooks.RetryPolicy{}).Render(m)
+	if err != nil {
+		// The subscription's format cannot carry this test message: say
+		// so as a failed test rather than an API error.
+		return &TestResult{DeliveryID: m.ID, Error: err.Error()}, nil
 	}
-	if sub.Endpoint.TimeoutMS > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(sub.Endpoint.TimeoutMS)*time.Millisecond)
-		defer cancel()
-	}
-	id := newTestDeliveryID()
-	a := t.sender.Send(ctx, &webhooks.Request{
-		URL: sub.Endpoint.URL, Body: body, ContentType: mediaJSON, Header: h, DeliveryID: id,
-	}, 1)
+	r.Header.Set(HeaderTest, "true")
+	a := t.sender.Send(ctx, r, 1)
 	res := &TestResult{
-		DeliveryID: id,
+		DeliveryID: m.ID,
 		Success:    webhooks.Classify(a) == webhooks.OutcomeSuccess,
 		Status:     a.Status,
 		DurationMS: a.Duration.Milliseconds(),
@@ -140,22 +115,34 @@ func (t *WebhookTester) Test(ctx context.Context, sub *subscription.Subscription
 	return res, nil
 }
 
+// message is the test delivery as webhooks sees it: a JSON value, with
+// the key asked for, from the subscription's first topic.
+func (t *WebhookTester) message(sub *subscription.Subscription, req TestRequest) (*webhooks.Message, error) {
+	body := []byte(req.Value)
+	if len(body) == 0 {
+		var err error
+		body, err = json.Marshal(map[string]string{"keyhook": "test", "subscription": sub.ID})
+		if err != nil {
+			return nil, err
+		}
+	}
+	m := &webhooks.Message{
+		ID: newTestDeliveryID(), Value: body, ContentType: mediaJSON, Time: t.now(),
+		Subject:    "test",
+		Attributes: []webhooks.Attr{{Name: "subscription", Value: sub.ID}},
+	}
+	if len(sub.Topics) > 0 {
+		m.Source = "kafka://" + sub.Topics[0]
+		m.Attributes = append(m.Attributes, webhooks.Attr{Name: "topic", Value: sub.Topics[0]})
+	}
+	if req.Key != nil {
+		m.Key = []byte(*req.Key)
+	}
+	return m, nil
+}
+
 func newTestDeliveryID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // never fails: crypto/rand ends the program instead
 	return TestDeliveryIDPrefix + hex.EncodeToString(b[:])
-}
-
-// headerSafe reports whether s can travel as a header value unchanged:
-// valid UTF-8 without control characters.
-func headerSafe(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < ' ' && r != '\t' || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -186,3 +186,56 @@ func TestRefusedBatchFallsBackToSingleDeliveries(t *testing.T) {
 	}
 	t.Logf("%d batches, %d single deliveries after the refusal", batches, singles)
 }
+
+// A batch whose endpoint always reports one record failed spends one retry
+// budget: max_attempts 3 means three requests in all, not three rounds of
+// three attempts nor a fresh budget per record afterwards. The failing
+// record is dead-lettered; the later record of its key, which the endpoint
+// took, is acked once the failing one is settled; the others are acked.
+func TestBatchPartialFailureSpendsOneAttemptBudget(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "batch-budget")
+	rdb := testutil.StartRedis(t).Client()
+	const n, bad = 10, 3
+	var mu sync.Mutex
+	requests := 0
+	accepted := map[int64]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		requests++
+		var b webhooks.Batch
+		if json.Unmarshal(body, &b) != nil || b.Deliveries == nil {
+			http.Error(w, "want a batch", http.StatusBadRequest)
+			return
+		}
+		var failed []string
+		for _, d := range b.Deliveries {
+			off, _ := strconv.ParseInt(d.Attributes["offset"], 10, 64)
+			if off == bad {
+				failed = append(failed, d.ID)
+				continue
+			}
+			accepted[off]++
+		}
+		_ = json.NewEncoder(w).Encode(webhooks.BatchResponse{Failed: failed})
+	}))
+	defer srv.Close()
+	// Record 7 shares record 3's key: it is held behind it every round.
+	produce(t, brokers, "batch-budget", n, func(i int) string { return fmt.Sprintf("k%d", i%4) }, func(int) int32 { return 0 })
+	sub := newSub("batch-budget", "batch-budget", srv.URL, subscription.OrderKey, 1)
+	sub.DeadLetterTopic = ""
+	sub.Retry.MaxAttempts = 3
+	sub.Batch = subscription.Batch{MaxRecords: n, MaxWaitMS: 500}
+	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, time.Minute)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if requests != 3 {
+		t.Errorf("endpoint saw %d requests, want exactly max_attempts = 3", requests)
+	}
+	if accepted[bad] != 0 || accepted[7] == 0 {
+		t.Errorf("accepted: bad record %d times, its key's follower %d times; want 0 and at least 1", accepted[bad], accepted[7])
+	}
+}

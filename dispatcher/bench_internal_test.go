@@ -30,6 +30,16 @@ func (okSender) Deliver(_ context.Context, r *webhooks.Request, _ webhooks.Retry
 	return webhooks.Result{Outcome: webhooks.OutcomeSuccess, Attempts: 1, Last: a, First: now, LastAt: now}
 }
 
+func (s okSender) DeliverBatch(ctx context.Context, b *webhooks.BatchDelivery, p webhooks.RetryPolicy) webhooks.BatchDeliveryResult {
+	res := s.Deliver(ctx, nil, p, b.OnAttempt)
+	for i := range b.Messages {
+		if b.OnDelivered != nil {
+			b.OnDelivered(i)
+		}
+	}
+	return webhooks.BatchDeliveryResult{Result: res}
+}
+
 type noTracker struct{}
 
 func (noTracker) Claim(context.Context, tracking.PartitionKey, string, int32) (tracking.Claim, error) {

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keyhook/keyhook/delivery"
+	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -72,10 +74,15 @@ func (g *group) deliveryLoop(ctx context.Context) {
 
 // deliver pushes one record until it is acked (delivered or dead-lettered)
 // or its partition's deliveries are aborted.
-func (g *group) deliver(w *worker, rec *record) bool {
+func (g *group) deliver(w *worker, rec *record) bool { return g.deliverFrom(w, rec, nil) }
+
+// deliverFrom is deliver, starting from ended when not nil: the final
+// result of a batch that spent its retry budget, which the record takes
+// as its own instead of a fresh budget.
+func (g *group) deliverFrom(w *worker, rec *record, ended *webhooks.Result) bool {
 	id := DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
 	ctx, span := g.startDelivery(w.deliverCtx, rec, id)
-	req, reqErr := g.request(rec, id)
+	req, reqErr := g.ep.Render(message(g.sub, rec.Payload, id))
 	if req != nil {
 		// The endpoint continues the delivery's trace (the sender replaces
 		// this with its attempt span's context when it traces too).
@@ -97,14 +104,18 @@ func (g *group) deliver(w *worker, rec *record) bool {
 			g.retrying.Add(-1)
 		}
 	}()
+	policy := g.ep.Policy()
 	for {
 		var res webhooks.Result
-		if reqErr != nil {
+		switch {
+		case ended != nil:
+			res, ended = *ended, nil
+		case reqErr != nil:
 			now := time.Now()
 			res = webhooks.Result{Outcome: webhooks.OutcomeFinal, Err: reqErr, First: now, LastAt: now,
 				Last: webhooks.Attempt{Err: reqErr, Started: now}}
-		} else {
-			res = g.n.sender.Deliver(ctx, req, g.policy, onAttempt)
+		default:
+			res = g.n.sender.Deliver(ctx, req, policy, onAttempt)
 		}
 		switch res.Outcome {
 		case webhooks.OutcomeSuccess:
@@ -120,7 +131,7 @@ func (g *group) deliver(w *worker, rec *record) bool {
 					"topic", rec.Payload.Topic, "partition", rec.Payload.Partition, "offset", rec.Payload.Offset,
 					"status", res.Last.Status, "trace_id", traceID(span))
 				span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-				if !sleepCtx(ctx, g.policy.MaxInterval) {
+				if !sleepCtx(ctx, policy.MaxInterval) {
 					g.endDelivery(ctx, span, rec, outcomeAborted, res)
 					return false
 				}
@@ -145,91 +156,88 @@ func (g *group) deliver(w *worker, rec *record) bool {
 	}
 }
 
-// request builds the delivery of one record in the subscription's format.
-// A record that cannot be put in that format (say, a header that no HTTP
-// request can carry in CloudEvents binary mode) is an error: final, the
-// record is dead-lettered.
-// deliverBatch delivers records assembled by one worker in one request
-// (see subscription.Batch). Every record ends acked or aborted, and a
-// key's records are acked in offset order: a record the endpoint reports
-// failed holds back the later records of its key in the batch, and they go
-// again together. A batch the endpoint refuses for good, or one whose
-// retry budget is spent, is delivered record by record, so only a bad
-// record is dead-lettered.
+// deliverBatch delivers records assembled by one worker in batch requests
+// (see subscription.Batch, webhooks.Client.DeliverBatch). Every record
+// ends acked or aborted, and a key's records are acked in offset order: a
+// record the endpoint reports failed holds back the later records of its
+// key, and they go again together, every request counting once against
+// the subscription's retry budget. A batch the endpoint refuses for good
+// is delivered record by record, so only a bad record is dead-lettered;
+// records still failing when the budget is spent are dead-lettered as
+// they are, without a fresh budget each.
 func (g *group) deliverBatch(w *worker, recs []*record) {
 	ctx, span := g.tel.tracer.Start(w.deliverCtx, "process batch "+recs[0].Payload.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
 	defer span.End()
-	policy := g.policy
-	wait := policy.InitialInterval
-	started := time.Now()
-	for round := 1; ; round++ {
-		msgs := make([]*webhooks.Message, len(recs))
-		ids := make([]string, len(recs))
-		for i, r := range recs {
-			ids[i] = DeliveryID(g.sub.ID, r.Payload.Topic, r.Payload.Partition, r.Payload.Offset)
-			msgs[i] = message(g.sub, r.Payload, ids[i])
+	res := g.n.sender.DeliverBatch(ctx, &webhooks.BatchDelivery{
+		Messages: batchMessages(g.sub, recs),
+		Render: func(ms []*webhooks.Message) (*webhooks.Request, error) {
+			req, err := g.ep.RenderBatch(ms)
+			if err == nil {
+				g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+			}
+			return req, err
+		},
+		OnAttempt:   func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) },
+		OnDelivered: func(i int) { g.ackBatched(ctx, w, recs[i]) },
+	}, g.ep.Policy())
+	pending := make([]*record, len(res.Pending))
+	for j, i := range res.Pending {
+		pending[j] = recs[i]
+	}
+	switch {
+	case res.Outcome == webhooks.OutcomeSuccess:
+	case res.Outcome == webhooks.OutcomeFinal && res.Refused:
+		span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
+		g.deliverEach(ctx, w, pending, nil, nil)
+	case res.Outcome == webhooks.OutcomeFinal:
+		span.AddEvent("retry budget spent", trace.WithAttributes(attribute.Int("keyhook.failed", len(pending)-len(res.Held)), attribute.Int("keyhook.attempts", res.Attempts)))
+		held := make(map[*record]bool, len(res.Held))
+		for _, i := range res.Held {
+			held[recs[i]] = true
 		}
-		req, err := webhooks.NewBatchRequest(g.sub.Endpoint.URL, msgs)
-		if err != nil {
-			g.deliverEach(w, recs) // a record that cannot be encoded is dead-lettered alone
-			return
-		}
-		req.Signer, req.Auth, req.Timeout = g.signer(), g.auth, g.timeout
-		g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-		res := g.n.sender.Deliver(ctx, req, policy, func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) })
-		switch res.Outcome {
-		case webhooks.OutcomeSuccess:
-			br := webhooks.ParseBatchResponse(res.Last, ids)
-			failed := make(map[string]bool, len(br.Failed))
-			for _, id := range br.Failed {
-				failed[id] = true
-			}
-			held := map[string]bool{}
-			var again []*record
-			for i, r := range recs {
-				key, laned := r.LaneKey()
-				if failed[ids[i]] || laned && held[key] {
-					if laned {
-						held[key] = true
-					}
-					again = append(again, r)
-					continue
-				}
-				g.ackBatched(ctx, w, r)
-			}
-			if len(again) == 0 {
-				return
-			}
-			span.AddEvent("retry", trace.WithAttributes(attribute.Int("keyhook.failed", len(br.Failed)), attribute.Int("keyhook.round", round)))
-			recs = again
-			if policy.MaxAttempts > 0 && round >= policy.MaxAttempts || policy.MaxElapsed > 0 && time.Since(started) >= policy.MaxElapsed {
-				g.deliverEach(w, recs)
-				return
-			}
-			d := min(max(wait, br.RetryAfter), policy.MaxInterval)
-			wait = min(time.Duration(float64(wait)*policy.Multiplier), policy.MaxInterval)
-			if !sleepCtx(ctx, d) {
-				g.abortAll(w, recs)
-				return
-			}
-		case webhooks.OutcomeFinal:
-			span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-			g.deliverEach(w, recs)
-			return
-		default:
-			g.abortAll(w, recs)
-			return
-		}
+		g.deliverEach(ctx, w, pending, &res.Result, held)
+	default:
+		g.abortAll(w, pending)
 	}
 }
 
-// deliverEach delivers records one at a time in batch order, which keeps
-// each key's order; once one is aborted the rest are too.
-func (g *group) deliverEach(w *worker, recs []*record) {
+// batchMessages is recs as webhooks sees a batch: each record's message
+// and its ordering group, the key lane it belongs to (none when the
+// subscription does not order by key).
+func batchMessages(sub *subscription.Subscription, recs []*record) []webhooks.BatchMessage {
+	lanes := make(map[string]int64)
+	out := make([]webhooks.BatchMessage, len(recs))
 	for i, r := range recs {
-		if !g.deliver(w, r) {
+		group := int64(webhooks.NoGroup)
+		if key, ok := r.LaneKey(); ok {
+			g, ok := lanes[key]
+			if !ok {
+				g = int64(len(lanes))
+				lanes[key] = g
+			}
+			group = g
+		}
+		id := DeliveryID(sub.ID, r.Payload.Topic, r.Payload.Partition, r.Payload.Offset)
+		out[i] = webhooks.BatchMessage{Message: message(sub, r.Payload, id), Group: group}
+	}
+	return out
+}
+
+// deliverEach delivers records one at a time in batch order, which keeps
+// each key's order; once one is aborted the rest are too. With ended, the
+// records start from that final result (a spent batch budget) instead of
+// a fresh budget of their own, except the held ones: the endpoint took
+// them in the last request, and they waited only for an earlier record of
+// their key, settled by now.
+func (g *group) deliverEach(ctx context.Context, w *worker, recs []*record, ended *webhooks.Result, held map[*record]bool) {
+	for i, r := range recs {
+		if held[r] {
+			g.ackBatched(ctx, w, r)
+			continue
+		}
+		if !g.deliverFrom(w, r, ended) {
 			g.abortAll(w, recs[i:])
 			return
 		}
@@ -253,26 +261,10 @@ func (g *group) ackBatched(ctx context.Context, w *worker, r *record) {
 	w.pushResult(result{rec: r, acked: true})
 }
 
-func (g *group) request(rec *record, deliveryID string) (*webhooks.Request, error) {
-	req, err := newRequest(g.sub, rec.Payload, deliveryID)
-	if err != nil {
-		return nil, err
-	}
-	req.Signer = g.signer()
-	req.Auth = g.auth
-	req.Timeout = g.timeout
-	return req, nil
-}
-
-// newRequest puts record r in sub's format, unsigned and without auth.
-// A batching subscription sends single records (a batch refused and sent
-// one by one) as envelopes, the shape its endpoint reads in batches.
+// newRequest renders record r as sub's endpoint receives it, signed and
+// with its credentials: what a redrive sends.
 func newRequest(sub *subscription.Subscription, r *kgo.Record, deliveryID string) (*webhooks.Request, error) {
-	f := webhooks.Format(sub.Format)
-	if sub.Batch.Enabled() {
-		f = webhooks.FormatEnvelope
-	}
-	return webhooks.NewRequest(sub.Endpoint.URL, f, message(sub, r, deliveryID), sub.CloudEventsType)
+	return delivery.New(sub, webhooks.RetryPolicy{}).Render(message(sub, r, deliveryID))
 }
 
 // message is record r as webhooks sees it: no Kafka, just a message with
@@ -294,30 +286,6 @@ func message(sub *subscription.Subscription, r *kgo.Record, deliveryID string) *
 		},
 		ContentType: sub.ContentType,
 	}
-}
-
-// signerState is a signer and the time it stops being right.
-type signerState struct {
-	signer *webhooks.Signer
-	until  time.Time // zero: until the subscription changes
-}
-
-// signer returns the subscription's signer, rebuilt when a rotated-out
-// secret expires. Two deliveries racing at the expiry both rebuild the
-// same signer; either result is right.
-func (g *group) signer() *webhooks.Signer {
-	now := time.Now()
-	if st := g.signing.Load(); st != nil && (st.until.IsZero() || now.Before(st.until)) {
-		return st.signer
-	}
-	st := &signerState{signer: g.sub.Signer(now)}
-	for _, sec := range g.sub.Signing.Secrets {
-		if sec.ExpiresAt != nil && sec.ExpiresAt.After(now) && (st.until.IsZero() || sec.ExpiresAt.Before(st.until)) {
-			st.until = *sec.ExpiresAt
-		}
-	}
-	g.signing.Store(st)
-	return st.signer
 }
 
 // deadLetter writes the record to the dead-letter topic with why it failed.
@@ -347,7 +315,7 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 	)
 	// The original timestamp travels along: a redrive delivers it as it was.
 	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
-	wait := 100 * time.Millisecond
+	bo := backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
 	for {
 		err := g.client().ProduceSync(ctx, out).FirstErr()
 		if err == nil {
@@ -369,10 +337,9 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 		}
 		g.log.Error("dead-letter write failed; retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 			"dead_letter_topic", topic, "err", err, "trace_id", traceID)
-		if !sleepCtx(ctx, wait) {
+		if bo.Wait(ctx, 0) != nil {
 			return false
 		}
-		wait = min(2*wait, 10*time.Second)
 	}
 }
 

@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
-	"github.com/keyhook/keyhook/webhooks"
 )
 
 type topicPartition struct {
@@ -40,13 +40,8 @@ type group struct {
 	tel *telemetry
 	// partition configures every partition's state machine.
 	partition partition.Config
-	// The subscription's delivery policy, resolved once.
-	policy  webhooks.RetryPolicy
-	auth    *webhooks.Auth
-	timeout time.Duration
-	// signing is the signer of the moment, read by every delivery without
-	// a lock and rebuilt when a rotated-out secret expires.
-	signing atomic.Pointer[signerState]
+	// ep renders and paces the subscription's deliveries, resolved once.
+	ep *delivery.Endpoint
 	// Metric attribute sets, built once so the hot path allocates none.
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set
@@ -96,9 +91,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	if err := g.partition.Validate(); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	g.policy = s.Retry.Policy(n.cfg.Retry)
-	g.auth = s.Endpoint.Auth.Auth()
-	g.timeout = time.Duration(s.Endpoint.TimeoutMS) * time.Millisecond
+	g.ep = delivery.New(s, n.cfg.Retry)
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {

@@ -8,15 +8,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
-// Sender delivers one request with retries; webhooks.Client implements it.
+// Sender delivers requests, alone or in batches, with retries;
+// webhooks.Client implements it.
 type Sender interface {
 	Deliver(ctx context.Context, r *webhooks.Request, p webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result
+	DeliverBatch(ctx context.Context, b *webhooks.BatchDelivery, p webhooks.RetryPolicy) webhooks.BatchDeliveryResult
 }
 
 // Tracker keeps partition state where another node can find it;
@@ -215,7 +218,9 @@ func (r *runner) current() *group {
 
 func (r *runner) run() {
 	log := r.n.log.With("subscription", r.sub.ID)
-	failures := 0
+	// Restarts back off so that a subscription failing at once (a broker
+	// down, a topic missing) neither spins nor waits forever once healed.
+	restarts := backoff.MustNew(backoff.Config{Initial: time.Second, Max: 30 * time.Second})
 	for {
 		r.mu.Lock()
 		s := r.sub
@@ -257,19 +262,16 @@ func (r *runner) run() {
 			r.mu.Lock()
 			r.sub, r.g = s, nil
 			r.mu.Unlock()
-			failures = 0
+			restarts.Reset()
 		case err := <-done:
 			gcancel()
 			r.mu.Lock()
 			r.g = nil
 			r.mu.Unlock()
-			failures++
-			wait := min(time.Duration(failures)*time.Second, 30*time.Second)
+			wait := restarts.Next()
 			log.Error("consumer stopped; restarting", "err", err, "in", wait)
-			select {
-			case <-r.ctx.Done():
+			if backoff.Sleep(r.ctx, nil, wait) != nil {
 				return
-			case <-time.After(wait):
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -163,4 +164,21 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// authenticated adds the request's credentials to its attempt, and names
+// them so that a redirect to another origin drops them. An Auth that fails
+// Validate ends the attempt, final.
+func authenticated(next handler) handler {
+	return func(ctx context.Context, cl *call) {
+		if auth := cl.r.Auth; auth != nil {
+			if err := auth.Validate(); err != nil {
+				cl.a.Err = fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+				return
+			}
+			auth.Apply(cl.header)
+			cl.credentials = auth.headerNames()
+		}
+		next(ctx, cl)
+	}
 }

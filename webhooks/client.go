@@ -128,6 +128,12 @@ type Client struct {
 	clock  Clock
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// attempt makes one attempt: the transport inside one wrapper per
+	// concern (see NewClient).
+	attempt handler
+	// limited is Send inside the endpoint's limiter, when there is one:
+	// what Deliver and DeliverBatch call.
+	limited sendFunc
 }
 
 // NewClient returns a Client whose dialer checks every destination address
@@ -217,7 +223,37 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, tr: tr, clock: clock, tracer: tp.Tracer(instrumentation), prop: prop}
 	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
+	// One wrapper per concern, outermost first. The span covers the whole
+	// attempt, a refused request included; credentials and the signature
+	// come after the caller's headers, which they must not follow, and the
+	// trace context last, so the endpoint continues the attempt's span.
+	c.attempt = chain(c.transport, c.traced, c.prepared, authenticated, signed, c.propagated)
+	c.limited = limit(cfg.Limiters, c.sendOnce)
 	return c, nil
+}
+
+// call is one attempt on its way through the client's wrappers: the
+// request as the caller described it, the headers being built for it, and
+// the attempt's outcome, which any wrapper may settle by setting a.Err
+// and not calling the next.
+type call struct {
+	r      *Request
+	header http.Header
+	a      *Attempt
+	// credentials names the headers that must not follow a redirect to
+	// another origin.
+	credentials []string
+}
+
+// handler handles one call.
+type handler func(ctx context.Context, c *call)
+
+// chain returns core inside wrappers, the first outermost.
+func chain(core handler, wrappers ...func(handler) handler) handler {
+	for i := len(wrappers) - 1; i >= 0; i-- {
+		core = wrappers[i](core)
+	}
+	return core
 }
 
 // CloseIdleConnections closes the pooled connections that carry no request.
@@ -249,6 +285,12 @@ type Request struct {
 	Auth *Auth
 	// Timeout bounds each attempt; zero means the client's Timeout.
 	Timeout time.Duration
+	// FollowRedirects is how many 307/308 redirects each attempt of this
+	// request follows, under the rules of ClientConfig.FollowRedirects
+	// (every hop checked against the policy, no https to http downgrade,
+	// credentials dropped when the origin changes). Zero means the
+	// client's FollowRedirects; negative makes the attempt fail, final.
+	FollowRedirects int
 	// SpanAttributes are added to each attempt's span (the caller's
 	// context: what is being delivered).
 	SpanAttributes []attribute.KeyValue
@@ -287,7 +329,7 @@ type Attempt struct {
 // [Client.Deliver].
 func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
 	a := Attempt{Number: attempt, Started: c.clock.Now()}
-	c.send(ctx, r, &a)
+	c.attempt(ctx, &call{r: r, a: &a, header: make(http.Header, len(r.Header)+6)})
 	a.Duration = c.clock.Now().Sub(a.Started)
 	return a
 }
@@ -300,18 +342,72 @@ func (c *Client) timeout(r *Request) time.Duration {
 	return c.cfg.Timeout
 }
 
-// send fills a with the outcome of one request.
-func (c *Client) send(ctx context.Context, r *Request, a *Attempt) {
-	ctx, span := c.startAttempt(ctx, r, a.Number)
-	defer endAttempt(span, a)
+// prepared refuses a request that can never be sent and gives the call
+// the caller's headers and those the client owns.
+func (c *Client) prepared(next handler) handler {
+	return func(ctx context.Context, cl *call) {
+		if err := checkRequest(cl.r); err != nil {
+			cl.a.Err = err
+			return
+		}
+		r := cl.r
+		for k, vs := range r.Header {
+			if ownedHeaders[http.CanonicalHeaderKey(k)] {
+				// Dropped rather than overwritten: a key in another case would
+				// survive Set and reach the endpoint as a second value.
+				continue
+			}
+			cl.header[k] = append([]string(nil), vs...)
+		}
+		ct := r.ContentType
+		if ct == "" {
+			ct = octetStream
+		}
+		cl.header.Set("Content-Type", ct)
+		cl.header.Set("User-Agent", c.cfg.UserAgent)
+		cl.header.Set(HeaderAttempt, strconv.Itoa(cl.a.Number))
+		if r.DeliveryID != "" {
+			cl.header.Set(HeaderWebhookID, r.DeliveryID)
+		}
+		next(ctx, cl)
+	}
+}
+
+// checkRequest reports what makes r unsendable at every attempt: its URL,
+// its redirect allowance, its headers.
+func checkRequest(r *Request) error {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the url.Error would repeat the query string
+		}
+		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%w: missing host", ErrInvalidURL)
+	}
+	if r.FollowRedirects < 0 {
+		return fmt.Errorf("%w: follow redirects must not be negative", ErrInvalidRequest)
+	}
+	return checkHeaders(r)
+}
+
+// transport sends the call's request, bounded by the attempt timeout, and
+// reads the response into the attempt.
+func (c *Client) transport(ctx context.Context, cl *call) {
+	r, a := cl.r, cl.a
 	actx, cancel := context.WithTimeout(ctx, c.timeout(r))
 	defer cancel()
-	req, err := c.newRequest(actx, r, a.Number, a.Started)
+	req, err := http.NewRequestWithContext(c.withRedirectRules(actx, r, cl.credentials), http.MethodPost, r.URL, bytes.NewReader(r.Body))
 	if err != nil {
-		a.Err = err
+		a.Err = fmt.Errorf("%w: %v", ErrInvalidURL, err)
 		return
 	}
-	c.inject(ctx, req.Header)
+	req.Header = cl.header
 
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -329,64 +425,6 @@ func (c *Client) send(ctx context.Context, r *Request, a *Attempt) {
 		a.Body, a.BodyTruncated = a.Body[:c.cfg.MaxResponseBytes], true
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
-}
-
-func (c *Client) newRequest(ctx context.Context, r *Request, attempt int, now time.Time) (*http.Request, error) {
-	u, err := url.Parse(r.URL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the url.Error would repeat the query string
-		}
-		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%w: missing host", ErrInvalidURL)
-	}
-	if r.Auth != nil {
-		if err := r.Auth.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-		}
-		ctx = withCredentials(ctx, r.Auth.headerNames())
-	}
-	if r.Signer != nil && r.DeliveryID == "" {
-		return nil, fmt.Errorf("%w: a signed request needs a delivery id", ErrInvalidRequest)
-	}
-	if err := checkHeaders(r); err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
-	}
-	for k, vs := range r.Header {
-		if ownedHeaders[http.CanonicalHeaderKey(k)] {
-			// Dropped rather than overwritten: a key in another case would
-			// survive Set and reach the endpoint as a second value.
-			continue
-		}
-		req.Header[k] = append([]string(nil), vs...)
-	}
-	if r.Auth != nil {
-		r.Auth.Apply(req.Header)
-	}
-	ct := r.ContentType
-	if ct == "" {
-		ct = octetStream
-	}
-	req.Header.Set("Content-Type", ct)
-	req.Header.Set("User-Agent", c.cfg.UserAgent)
-	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
-	if r.DeliveryID != "" {
-		req.Header.Set(HeaderWebhookID, r.DeliveryID)
-	}
-	if r.Signer != nil {
-		r.Signer.Sign(r.DeliveryID, now, r.Body, req.Header)
-	}
-	return req, nil
 }
 
 // checkHeaders refuses what the transport would refuse at every attempt:

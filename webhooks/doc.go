@@ -28,5 +28,11 @@
 //   - whether an attempt succeeded, should be retried or is final
 //     ([Classify]);
 //   - how long to wait between attempts ([RetryPolicy], honouring
-//     Retry-After).
+//     Retry-After), for single requests ([Client.Deliver]) and batches whose
+//     partial failures go again under the same budget ([Client.DeliverBatch]).
+//
+// Each concern of an attempt is one small wrapper around the transport, in
+// its own file: tracing (tracing.go), credentials (auth.go), signing
+// (signing.go) and, around whole attempts of a delivery, the endpoint's
+// limiter (limiter.go). NewClient chains them in a fixed order.
 package webhooks

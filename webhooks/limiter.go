@@ -293,3 +293,42 @@ func (l *Limiter) release(epoch uint64, status int) {
 	l.inFlight--
 	l.grant()
 }
+
+// sendFunc makes attempt n of r. It fails, making no attempt, only when
+// ctx ends first.
+type sendFunc func(ctx context.Context, r *Request, n int) (Attempt, error)
+
+// sendOnce is [Client.Send] as a sendFunc.
+func (c *Client) sendOnce(ctx context.Context, r *Request, n int) (Attempt, error) {
+	return c.Send(ctx, r, n), nil
+}
+
+// limit wraps send in a slot of the endpoint's limiter, when there are
+// limiters, and reports each attempt's status to it. The wait for a slot
+// is part of the delivery (it counts toward its MaxElapsed) but not of the
+// attempt.
+func limit(ls *Limiters, send sendFunc) sendFunc {
+	if ls == nil {
+		return send
+	}
+	return func(ctx context.Context, r *Request, n int) (Attempt, error) {
+		lim, err := ls.For(r.URL)
+		if err != nil {
+			// An unusable URL: Send reports it as a final attempt.
+			return send(ctx, r, n)
+		}
+		release, err := lim.Acquire(ctx)
+		if err != nil {
+			return Attempt{}, err
+		}
+		a, err := send(ctx, r, n)
+		status := a.Status
+		if n > 1 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+			// A retry answered the same says nothing new about the endpoint's
+			// load: only first attempts may lower the limit.
+			status = 0
+		}
+		release(status)
+		return a, err
+	}
+}

@@ -14,16 +14,24 @@ import (
 // attempt is final: the endpoint will redirect again.
 var ErrRedirectRefused = errors.New("webhooks: redirect refused")
 
-// credentialsKey carries, in a request's context, the names of the
-// credential headers that must not follow a redirect to another origin.
-type credentialsKey struct{}
+// redirectKey carries, in a request's context, its [redirectRules].
+type redirectKey struct{}
+
+// redirectRules are what checkRedirect needs to know of the request being
+// redirected: how many hops it may take and which headers are credentials
+// that must not follow it to another origin.
+type redirectRules struct {
+	limit       int
+	credentials []string
+}
 
 // checkRedirect decides, before each redirect, whether the client follows
 // it. Refusals wrap ErrRedirectRefused so that Classify makes them final;
 // running out of hops returns the last 3xx as the attempt's status, final
 // as well.
 func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) > c.cfg.FollowRedirects {
+	rules, _ := req.Context().Value(redirectKey{}).(redirectRules)
+	if len(via) > rules.limit {
 		return http.ErrUseLastResponse
 	}
 	status := 0
@@ -53,10 +61,8 @@ func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
 	// Credentials belong to the registered endpoint. net/http drops
 	// Authorization on a change of domain only; a custom API-key header
 	// or a change of port would still carry them.
-	if names, ok := req.Context().Value(credentialsKey{}).([]string); ok {
-		for _, name := range names {
-			req.Header.Del(name)
-		}
+	for _, name := range rules.credentials {
+		req.Header.Del(name)
 	}
 	return nil
 }
@@ -67,10 +73,15 @@ func sameOrigin(a, b *http.Request) bool {
 	return errA == nil && errB == nil && oa == ob
 }
 
-// withCredentials records the credential header names of a request in ctx.
-func withCredentials(ctx context.Context, names []string) context.Context {
-	if len(names) == 0 {
-		return ctx
+// withRedirectRules records in ctx how r may be redirected, credentials
+// naming its credential headers.
+func (c *Client) withRedirectRules(ctx context.Context, r *Request, credentials []string) context.Context {
+	rules := redirectRules{limit: r.FollowRedirects, credentials: credentials}
+	if rules.limit == 0 {
+		rules.limit = c.cfg.FollowRedirects
 	}
-	return context.WithValue(ctx, credentialsKey{}, names)
+	if rules.limit == 0 {
+		return ctx // nothing is followed, so nothing needs dropping
+	}
+	return context.WithValue(ctx, redirectKey{}, rules)
 }

@@ -217,3 +217,39 @@ func TestNewClientRejectsNegativeFollowRedirects(t *testing.T) {
 		t.Errorf("NewClient = %v, want the follow redirects error", err)
 	}
 }
+
+func TestSendFollowsRedirectsAsTheRequestAllows(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		client, perReq int
+		wantStatus     int
+		wantAtTarget   int
+	}{
+		{"request allows one on a client that follows none", 0, 1, http.StatusOK, 1},
+		{"request and client allow none", 0, 0, http.StatusTemporaryRedirect, 0},
+		{"request leaves it to a client that follows one", 1, 0, http.StatusOK, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := newEndpoint(t, statuses(http.StatusOK))
+			ep := newEndpoint(t, redirectTo(http.StatusTemporaryRedirect, func() string { return target.URL }))
+			c := newClient(t, webhooks.ClientConfig{FollowRedirects: tc.client})
+
+			a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL, FollowRedirects: tc.perReq}, 1)
+
+			if a.Status != tc.wantStatus {
+				t.Errorf("Send: status %d (err %v), want %d", a.Status, a.Err, tc.wantStatus)
+			}
+			if n := len(target.requests()); n != tc.wantAtTarget {
+				t.Errorf("target saw %d requests, want %d", n, tc.wantAtTarget)
+			}
+		})
+	}
+}
+
+func TestSendRefusesANegativeRequestFollowRedirects(t *testing.T) {
+	c := newClient(t, webhooks.ClientConfig{})
+	a := c.Send(context.Background(), &webhooks.Request{URL: "http://example.com", FollowRedirects: -1}, 1)
+	if !errors.Is(a.Err, webhooks.ErrInvalidRequest) {
+		t.Errorf("Send: err %v, want ErrInvalidRequest", a.Err)
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/keyhook/keyhook/internal/backoff"
 )
 
 // Defaults of RetryPolicy, applied by WithDefaults to fields left at zero.
@@ -117,41 +117,76 @@ type Result struct {
 // returns OutcomeFinal with the validation error, so the mistake surfaces in
 // the dead-letter topic instead of stalling the key forever.
 func (c *Client) Deliver(ctx context.Context, r *Request, p RetryPolicy, onAttempt func(Attempt)) Result {
+	return c.retry(ctx, p, func(ctx context.Context, n int) (step, error) {
+		a, err := c.limited(ctx, r, n)
+		if err != nil {
+			return step{}, err
+		}
+		if onAttempt != nil {
+			onAttempt(a)
+		}
+		s := step{a: a, outcome: Classify(a), retryAfter: a.RetryAfter}
+		if s.outcome == OutcomeFinal {
+			s.err = attemptError(a)
+		}
+		return s, nil
+	})
+}
+
+// step is what one attempt of the retry engine found.
+type step struct {
+	a Attempt
+	// outcome is OutcomeRetry when another attempt is wanted.
+	outcome Outcome
+	// retryAfter is the least wait the endpoint asked for before the next
+	// attempt.
+	retryAfter time.Duration
+	// err says why the attempt did not succeed: the final error, or for a
+	// retry a better description than the last status (nil: the last
+	// status or attempt error describes it).
+	err error
+}
+
+// retry is the package's one retry engine, behind [Client.Deliver] and
+// [Client.DeliverBatch]: it calls try for attempts 1, 2, ... until one
+// succeeds, turns out final, p's budget is spent or ctx ends (try returns
+// an error only then, when no attempt was made). Every attempt counts once
+// against p.MaxAttempts and p.MaxElapsed, whatever it sent. Between
+// attempts it waits for the jittered exponential backoff or the endpoint's
+// wish, whichever is longer, capped at p.MaxInterval.
+func (c *Client) retry(ctx context.Context, p RetryPolicy, try func(ctx context.Context, n int) (step, error)) Result {
 	if err := p.Validate(); err != nil {
 		return Result{Outcome: OutcomeFinal, Err: fmt.Errorf("webhooks: deliver: invalid policy: %w", err)}
 	}
 	p = p.WithDefaults()
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     p.InitialInterval,
-		RandomizationFactor: p.RandomizationFactor,
-		Multiplier:          p.Multiplier,
-		MaxInterval:         p.MaxInterval,
-		MaxElapsedTime:      0, // the budget is enforced below, Retry-After included
-		Stop:                backoff.Stop,
-		Clock:               c.clock,
+	b, err := backoff.New(backoff.Config{
+		Initial:    p.InitialInterval,
+		Max:        p.MaxInterval,
+		Multiplier: p.Multiplier,
+		Jitter:     p.RandomizationFactor,
+		Clock:      c.clock,
+	})
+	if err != nil { // a valid policy is a valid backoff; kept final, not a panic
+		return Result{Outcome: OutcomeFinal, Err: fmt.Errorf("webhooks: deliver: %w", err)}
 	}
-	b.Reset()
 
 	var res Result
 	for n := 1; ; n++ {
-		a, err := c.sendLimited(ctx, r, n)
+		s, err := try(ctx, n)
 		if err != nil {
 			return interrupted(ctx, res)
 		}
 		if n == 1 {
-			res.First = a.Started
+			res.First = s.a.Started
 		}
-		res.Attempts, res.Last, res.LastAt = n, a, a.Started.Add(a.Duration)
-		if onAttempt != nil {
-			onAttempt(a)
-		}
+		res.Attempts, res.Last, res.LastAt = n, s.a, s.a.Started.Add(s.a.Duration)
 
-		switch Classify(a) {
+		switch s.outcome {
 		case OutcomeSuccess:
 			res.Outcome = OutcomeSuccess
 			return res
 		case OutcomeFinal:
-			res.Outcome, res.Err = OutcomeFinal, attemptError(a)
+			res.Outcome, res.Err = OutcomeFinal, s.err
 			return res
 		}
 		if ctx.Err() != nil {
@@ -159,56 +194,15 @@ func (c *Client) Deliver(ctx context.Context, r *Request, p RetryPolicy, onAttem
 		}
 
 		if p.MaxAttempts > 0 && n >= p.MaxAttempts {
-			return exhausted(res, fmt.Sprintf("after %d attempts", n))
+			return exhausted(res, fmt.Sprintf("after %d attempts", n), s.err)
 		}
-		wait := b.NextBackOff()
-		wait = max(wait, a.RetryAfter)
-		wait = min(wait, p.MaxInterval)
+		wait := min(max(b.Next(), s.retryAfter), p.MaxInterval)
 		if p.MaxElapsed > 0 && c.clock.Now().Sub(res.First)+wait > p.MaxElapsed {
-			return exhausted(res, fmt.Sprintf("after %d attempts within %s", n, p.MaxElapsed))
+			return exhausted(res, fmt.Sprintf("after %d attempts within %s", n, p.MaxElapsed), s.err)
 		}
-		if err := c.wait(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, c.clock, wait); err != nil {
 			return interrupted(ctx, res)
 		}
-	}
-}
-
-// sendLimited is Send inside a slot of the endpoint's limiter, when the
-// client has limiters. It fails only when ctx ends while waiting for a
-// slot; the attempt is then not made.
-func (c *Client) sendLimited(ctx context.Context, r *Request, n int) (Attempt, error) {
-	if c.cfg.Limiters == nil {
-		return c.Send(ctx, r, n), nil
-	}
-	lim, err := c.cfg.Limiters.For(r.URL)
-	if err != nil {
-		// An unusable URL: Send reports it as a final attempt.
-		return c.Send(ctx, r, n), nil
-	}
-	release, err := lim.Acquire(ctx)
-	if err != nil {
-		return Attempt{}, err
-	}
-	a := c.Send(ctx, r, n)
-	status := a.Status
-	if n > 1 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
-		// A retry answered the same says nothing new about the endpoint's
-		// load: only first attempts may lower the limit.
-		status = 0
-	}
-	release(status)
-	return a, nil
-}
-
-// wait blocks for d or until ctx ends, whichever comes first.
-func (c *Client) wait(ctx context.Context, d time.Duration) error {
-	ch, stop := c.clock.NewTimer(d)
-	defer stop()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
@@ -218,9 +212,11 @@ func interrupted(ctx context.Context, res Result) Result {
 	return res
 }
 
-func exhausted(res Result, when string) Result {
+func exhausted(res Result, when string, cause error) Result {
 	res.Outcome = OutcomeFinal
-	if res.Last.Err != nil {
+	if cause != nil {
+		res.Err = fmt.Errorf("%w %s: %w", ErrRetryBudgetExhausted, when, cause)
+	} else if res.Last.Err != nil {
 		res.Err = fmt.Errorf("%w %s: %w", ErrRetryBudgetExhausted, when, res.Last.Err)
 	} else {
 		res.Err = fmt.Errorf("%w %s: last status %s", ErrRetryBudgetExhausted, when, statusText(res.Last.Status))

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -144,4 +145,20 @@ func (s *Signer) Sign(id string, ts time.Time, body []byte, h http.Header) {
 		return
 	}
 	h.Set(HeaderWebhookSignature, strings.Join(sigs, " "))
+}
+
+// signed signs the request's attempt when it is sent, with the attempt's
+// start as the timestamp. A signed request needs a delivery id; without
+// one the attempt ends, final.
+func signed(next handler) handler {
+	return func(ctx context.Context, cl *call) {
+		if r := cl.r; r.Signer != nil {
+			if r.DeliveryID == "" {
+				cl.a.Err = fmt.Errorf("%w: a signed request needs a delivery id", ErrInvalidRequest)
+				return
+			}
+			r.Signer.Sign(r.DeliveryID, cl.a.Started, r.Body, cl.header)
+		}
+		next(ctx, cl)
+	}
 }

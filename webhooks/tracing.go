@@ -61,8 +61,21 @@ func endAttempt(span trace.Span, a *Attempt) {
 	span.End()
 }
 
-// inject writes the attempt's trace context into the outgoing request, so
-// the endpoint's spans are children of the attempt.
-func (c *Client) inject(ctx context.Context, h http.Header) {
-	c.prop.Inject(ctx, propagation.HeaderCarrier(h))
+// traced runs the attempt inside its client span.
+func (c *Client) traced(next handler) handler {
+	return func(ctx context.Context, cl *call) {
+		ctx, span := c.startAttempt(ctx, cl.r, cl.a.Number)
+		defer endAttempt(span, cl.a)
+		next(ctx, cl)
+	}
+}
+
+// propagated writes the attempt's trace context into the outgoing request,
+// so the endpoint's spans are children of the attempt. It replaces any
+// trace context the caller set.
+func (c *Client) propagated(next handler) handler {
+	return func(ctx context.Context, cl *call) {
+		c.prop.Inject(ctx, propagation.HeaderCarrier(cl.header))
+		next(ctx, cl)
+	}
 }

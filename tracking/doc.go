@@ -4,9 +4,9 @@
 // Kafka commit, and who owns the partition under which epoch.
 //
 // One Redis HASH per (subscription, topic, partition) holds that state
-// (keys.go names it and its fields). The owner node claims a partition,
-// which gives it a new epoch, then flushes its in-memory state every few
-// milliseconds in one script call that is refused once a newer owner has
+// (internal/keyspace names it, keys.go its fields). The owner node claims
+// a partition, which gives it a new epoch, then flushes its in-memory
+// state every few milliseconds in one script call that is refused once a newer owner has
 // claimed the partition; a zombie therefore cannot overwrite the state of
 // the node that replaced it. Every multi-step change is one Lua script
 // (scripts.go), so the state is never half-written.

@@ -42,7 +42,10 @@ func startStack(t *testing.T) *stack {
 	brokers := testutil.Kfake(t, 2, topic)
 	rdb := testutil.StartRedis(t).Client()
 	log := slog.New(slog.DiscardHandler)
-	store := subscription.NewStore(rdb, "")
+	store, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)

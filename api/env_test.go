@@ -205,9 +205,13 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	t.Helper()
 	server := testutil.StartRedis(t)
 	rdb := server.Client()
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &env{
 		server: server, rdb: rdb,
-		store:  subscription.NewStore(rdb, ""),
+		store:  subs,
 		tokens: auth.NewStore(rdb, ""),
 		status: &fakeStatus{}, seeker: &fakeSeeker{}, dead: &fakeDeadLetters{},
 		log:   &lockedBuffer{},
@@ -222,7 +226,9 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	if o.brokenStore {
 		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 		t.Cleanup(func() { _ = dead.Close() })
-		store = subscription.NewStore(dead, "")
+		if store, err = subscription.New(dead, subscription.Config{}); err != nil {
+			t.Fatal(err)
+		}
 		reg, err = nodes.NewRegistry(dead, nodes.Config{})
 		if err != nil {
 			t.Fatal(err)

@@ -80,8 +80,16 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	var err error
 	replayed := false
 	if hasKey {
+		tok, ok := caller(r)
+		if !ok {
+			h.internal(w, r, "create subscription", errors.New("idempotency key without an authenticated caller"))
+			return
+		}
+		// Keys are the token's: another token's request with the same
+		// key is another request.
 		sum := sha256.Sum256(body)
-		replayed, err = h.deps.Store.CreateIdempotent(r.Context(), sub, key, hex.EncodeToString(sum[:]))
+		replayed, err = h.deps.Store.CreateIdempotent(r.Context(), sub, subscription.Idempotency{
+			Caller: tok.Name, Key: key, Fingerprint: hex.EncodeToString(sum[:])})
 	} else {
 		err = h.deps.Store.Create(r.Context(), sub)
 	}
@@ -98,14 +106,17 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	// The creating answer is the one that shows the signing secrets; a
+	// replay shows none (the store keeps none for it), so a secret cannot
+	// outlive its rotation in a replay.
+	shown := allSecrets(sub)
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
+		shown = nil
 	}
 	w.Header().Set("Location", "/v1/subscriptions/"+url.PathEscape(sub.ID))
 	w.Header().Set("ETag", etag(sub))
-	// The creating answer (and its replays) is the one that shows the
-	// signing secrets.
-	writeJSON(w, http.StatusCreated, present(sub, allSecrets(sub)))
+	writeJSON(w, http.StatusCreated, present(sub, shown))
 }
 
 // idempotencyKey reads the optional Idempotency-Key header: 1 to 255

@@ -89,8 +89,12 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	tester, _ := api.NewWebhookTester(client)
 	admin := &cliAdmin{}
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := api.NewRouter(api.Dependencies{
-		Store: subscription.NewStore(rdb, ""), URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
+		Store: subs, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
 		Seeker: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
 	}, api.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

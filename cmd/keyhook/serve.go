@@ -63,7 +63,10 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 	if err != nil {
 		return err
 	}
-	subs := subscription.NewStore(rdb, "")
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		return err
+	}
 	policy := webhooks.AddressPolicy{AllowPrivate: c.AllowPrivateEndpoints}
 	tokens := auth.NewStore(rdb, "")
 	if c.BootstrapToken != "" {

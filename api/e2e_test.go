@@ -81,7 +81,10 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(admClient.Close)
-	tokens := auth.NewStore(rdb, "")
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	token, _, err := tokens.Create(ctx, "e2e", []auth.Scope{auth.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)

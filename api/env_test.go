@@ -209,10 +209,14 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &env{
 		server: server, rdb: rdb,
 		store:  subs,
-		tokens: auth.NewStore(rdb, ""),
+		tokens: tokens,
 		status: &fakeStatus{}, seeker: &fakeSeeker{}, dead: &fakeDeadLetters{},
 		log:   &lockedBuffer{},
 		ready: map[string]error{},

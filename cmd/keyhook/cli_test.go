@@ -74,7 +74,10 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	t.Helper()
 	srv := testutil.StartRedis(t)
 	rdb := srv.Client()
-	tokens := auth.NewStore(rdb, "")
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	token, _, err := tokens.Create(context.Background(), "cli", []auth.Scope{auth.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)

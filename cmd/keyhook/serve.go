@@ -68,7 +68,10 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 		return err
 	}
 	policy := webhooks.AddressPolicy{AllowPrivate: c.AllowPrivateEndpoints}
-	tokens := auth.NewStore(rdb, "")
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		return err
+	}
 	if c.BootstrapToken != "" {
 		created, err := tokens.Ensure(ctx, "bootstrap", c.BootstrapToken, []auth.Scope{auth.ScopeAdmin})
 		if err != nil {

@@ -77,7 +77,10 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return connectError(cmd, err, redisFlags)
 	}
 	defer rdb.Close()
-	store := auth.NewStore(rdb, "")
+	store, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		return fmt.Errorf("keyhook %s: %w", cmd, err)
+	}
 
 	switch verb {
 	case "create":

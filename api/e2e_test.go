@@ -89,7 +89,7 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := nodes.NewRegistry(rdb, nodes.Config{Logger: log})
+	reg, err := nodes.New(rdb, nodes.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

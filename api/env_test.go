@@ -221,7 +221,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 		log:   &lockedBuffer{},
 		ready: map[string]error{},
 	}
-	reg, err := nodes.NewRegistry(rdb, nodes.Config{Logger: slog.New(slog.DiscardHandler)})
+	reg, err := nodes.New(rdb, nodes.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 		if store, err = subscription.New(dead, subscription.Config{}); err != nil {
 			t.Fatal(err)
 		}
-		reg, err = nodes.NewRegistry(dead, nodes.Config{})
+		reg, err = nodes.New(dead, nodes.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,7 +82,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := nodes.NewRegistry(rdb, nodes.Config{})
+	reg, err := nodes.New(rdb, nodes.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

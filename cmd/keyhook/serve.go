@@ -79,7 +79,7 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 		}
 		log.Info("bootstrap token ensured", "name", "bootstrap", "created", created)
 	}
-	registry, err := nodes.NewRegistry(rdb, nodes.Config{Logger: log})
+	registry, err := nodes.New(rdb, nodes.Config{Logger: log})
 	if err != nil {
 		return err
 	}

@@ -24,10 +24,10 @@ var fieldsLua = "local F = {version = " + strconv.Quote(versionField) + "}\n"
 
 // createScript stores a new subscription unless its id is taken.
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the subscription JSON.
-// ARGV[3]: the change channel.
+// ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if stored and published, 0 if the id already exists (nothing
 // changed).
 var createScript = redis.NewScript(`
@@ -44,11 +44,11 @@ return 1
 // client repeating a request never creates a second subscription, even
 // after a crash between the two.
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // KEYS[2]: the idempotency record (a STRING), scoped to the caller.
 // ARGV[1]: the subscription id.
 // ARGV[2]: the subscription JSON.
-// ARGV[3]: the change channel.
+// ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
 // ARGV[4]: the record: the request's fingerprint (no newline), "\n", and
 // the redacted JSON of the subscription (no secret is ever replayed).
 // ARGV[5]: how long the record lives, in milliseconds.
@@ -72,11 +72,11 @@ return {1, ''}
 // the expected one: the compare-and-set that makes concurrent changes
 // safe (the loser gets a version mismatch, never a lost update).
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
 // ARGV[3]: the new subscription JSON.
-// ARGV[4]: the change channel.
+// ARGV[4]: the change channel (keyspace.SubscriptionsChanged).
 // Result: {1, version} if stored and published; {0, 0} if there is no such
 // id; {-1, version} if the stored version is another (nothing changed).
 // version is the stored version before the call.
@@ -98,9 +98,9 @@ return {1, v}
 
 // deleteScript removes a subscription.
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
-// ARGV[2]: the change channel.
+// ARGV[2]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if removed and published, 0 if there was no such id (nothing
 // changed).
 var deleteScript = redis.NewScript(`
@@ -114,10 +114,10 @@ return 1
 // deleteVersionScript removes a subscription if its stored version is the
 // expected one.
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
-// ARGV[3]: the change channel.
+// ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
 // Result: {1, version} if removed and published; {0, 0} if there is no
 // such id; {-1, version} if the stored version is another (nothing
 // changed). version is the stored version before the call.

@@ -45,7 +45,8 @@ return 1
 // after a crash between the two.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
-// KEYS[2]: the idempotency record (a STRING), scoped to the caller.
+// KEYS[2]: the idempotency record, a STRING scoped to the caller
+// (keyspace.Idempotency).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the subscription JSON.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).

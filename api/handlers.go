@@ -98,7 +98,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, subscription.ErrIdempotencyKeyReused):
 			writeProblem(w, newProblem(http.StatusUnprocessableEntity, slugIdempotencyKeyReused,
-				"this Idempotency-Key was used in the last 24 hours for a request with another body; use a new key"))
+				"this token used this Idempotency-Key in the last 24 hours for a request with another body; use a new key"))
 		case errors.As(err, &verr): // finish validated; kept for a stricter store
 			writeProblem(w, validationProblem(verr.Errors))
 		default:

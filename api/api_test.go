@@ -392,7 +392,7 @@ func TestMetricsAreMountedWithOptionalAuth(t *testing.T) {
 }
 
 func TestNewRouterNamesMissingDependencies(t *testing.T) {
-	_, err := NewRouter(Dependencies{Store: subscription.NewStore(nil, "")}, Config{})
+	_, err := NewRouter(Dependencies{Store: new(subscription.Store)}, Config{})
 	if err == nil || !strings.Contains(err.Error(), "Dependencies.URLs") || !strings.Contains(err.Error(), "Dependencies.Auth") {
 		t.Errorf("NewRouter with missing dependencies: err = %v, want one naming each", err)
 	}

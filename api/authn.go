@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -14,7 +15,8 @@ const realm = `Bearer realm="keyhook"`
 // require answers a request without a valid bearer token carrying scope
 // with 401, and one whose token lacks scope with 403, before the handler
 // sees it (so before its body is read). An empty scope accepts any valid
-// token. The token is never logged, not even when the store fails.
+// token. The token is never logged, not even when the store fails. The
+// handler finds the token's record (never its value) with caller.
 func (h *handlers) require(scope auth.Scope) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -42,9 +44,19 @@ func (h *handlers) require(scope auth.Scope) func(http.Handler) http.Handler {
 					"this request needs a token with the "+string(scope)+" scope (or admin)"))
 				return
 			}
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, tok)))
 		})
 	}
+}
+
+// tokenKey is the context key of the authenticated token's record.
+type tokenKey struct{}
+
+// caller returns the record of the token that require authenticated for
+// r; ok is false behind no require.
+func caller(r *http.Request) (tok auth.Token, ok bool) {
+	tok, ok = r.Context().Value(tokenKey{}).(auth.Token)
+	return tok, ok
 }
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header

@@ -42,7 +42,10 @@ func startStack(t *testing.T) *stack {
 	brokers := testutil.Kfake(t, 2, topic)
 	rdb := testutil.StartRedis(t).Client()
 	log := slog.New(slog.DiscardHandler)
-	store := subscription.NewStore(rdb, "")
+	store, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -78,12 +81,15 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(admClient.Close)
-	tokens := auth.NewStore(rdb, "")
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	token, _, err := tokens.Create(ctx, "e2e", []auth.Scope{auth.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := nodes.NewRegistry(rdb, nodes.Config{Logger: log})
+	reg, err := nodes.New(rdb, nodes.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

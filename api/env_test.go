@@ -205,15 +205,23 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	t.Helper()
 	server := testutil.StartRedis(t)
 	rdb := server.Client()
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &env{
 		server: server, rdb: rdb,
-		store:  subscription.NewStore(rdb, ""),
-		tokens: auth.NewStore(rdb, ""),
+		store:  subs,
+		tokens: tokens,
 		status: &fakeStatus{}, seeker: &fakeSeeker{}, dead: &fakeDeadLetters{},
 		log:   &lockedBuffer{},
 		ready: map[string]error{},
 	}
-	reg, err := nodes.NewRegistry(rdb, nodes.Config{Logger: slog.New(slog.DiscardHandler)})
+	reg, err := nodes.New(rdb, nodes.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +230,10 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	if o.brokenStore {
 		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 		t.Cleanup(func() { _ = dead.Close() })
-		store = subscription.NewStore(dead, "")
-		reg, err = nodes.NewRegistry(dead, nodes.Config{})
+		if store, err = subscription.New(dead, subscription.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		reg, err = nodes.New(dead, nodes.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -80,8 +80,16 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	var err error
 	replayed := false
 	if hasKey {
+		tok, ok := caller(r)
+		if !ok {
+			h.internal(w, r, "create subscription", errors.New("idempotency key without an authenticated caller"))
+			return
+		}
+		// Keys are the token's: another token's request with the same
+		// key is another request.
 		sum := sha256.Sum256(body)
-		replayed, err = h.deps.Store.CreateIdempotent(r.Context(), sub, key, hex.EncodeToString(sum[:]))
+		replayed, err = h.deps.Store.CreateIdempotent(r.Context(), sub, subscription.Idempotency{
+			Caller: tok.Name, Key: key, Fingerprint: hex.EncodeToString(sum[:])})
 	} else {
 		err = h.deps.Store.Create(r.Context(), sub)
 	}
@@ -90,7 +98,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, subscription.ErrIdempotencyKeyReused):
 			writeProblem(w, newProblem(http.StatusUnprocessableEntity, slugIdempotencyKeyReused,
-				"this Idempotency-Key was used in the last 24 hours for a request with another body; use a new key"))
+				"this token used this Idempotency-Key in the last 24 hours for a request with another body; use a new key"))
 		case errors.As(err, &verr): // finish validated; kept for a stricter store
 			writeProblem(w, validationProblem(verr.Errors))
 		default:
@@ -98,14 +106,17 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	// The creating answer is the one that shows the signing secrets; a
+	// replay shows none (the store keeps none for it), so a secret cannot
+	// outlive its rotation in a replay.
+	shown := allSecrets(sub)
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
+		shown = nil
 	}
 	w.Header().Set("Location", "/v1/subscriptions/"+url.PathEscape(sub.ID))
 	w.Header().Set("ETag", etag(sub))
-	// The creating answer (and its replays) is the one that shows the
-	// signing secrets.
-	writeJSON(w, http.StatusCreated, present(sub, allSecrets(sub)))
+	writeJSON(w, http.StatusCreated, present(sub, shown))
 }
 
 // idempotencyKey reads the optional Idempotency-Key header: 1 to 255

@@ -44,7 +44,7 @@ type StatusSource interface {
 // ErrInvalidCursor, *ValidationError), wrapped.
 type SubscriptionStore interface {
 	Create(ctx context.Context, sub *subscription.Subscription) error
-	CreateIdempotent(ctx context.Context, sub *subscription.Subscription, key, fingerprint string) (replayed bool, err error)
+	CreateIdempotent(ctx context.Context, sub *subscription.Subscription, req subscription.Idempotency) (replayed bool, err error)
 	Get(ctx context.Context, id string) (*subscription.Subscription, error)
 	Page(ctx context.Context, req subscription.PageRequest) (*subscription.Page, error)
 	Update(ctx context.Context, id string, expectedVersion int64, fn func(*subscription.Subscription) error) (*subscription.Subscription, error)

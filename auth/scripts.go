@@ -4,8 +4,8 @@ import "github.com/redis/go-redis/v9"
 
 // createScript stores a new token under a name that is not taken.
 //
-// KEYS[1]: the tokens hash.
-// KEYS[2]: the names hash.
+// KEYS[1]: the tokens hash (keyspace.Tokens).
+// KEYS[2]: the names hash (keyspace.TokenNames).
 // ARGV[1]: the token hash.
 // ARGV[2]: the name.
 // ARGV[3]: the Token JSON.
@@ -27,9 +27,9 @@ return 1
 // record, replacing (and so revoking) a token the name referred to
 // before. A token already stored under the name is left as it is.
 //
-// KEYS[1]: the tokens hash.
-// KEYS[2]: the names hash.
-// KEYS[3]: the last-used hash.
+// KEYS[1]: the tokens hash (keyspace.Tokens).
+// KEYS[2]: the names hash (keyspace.TokenNames).
+// KEYS[3]: the last-used hash (keyspace.TokenLastUsed).
 // ARGV[1]: the token hash.
 // ARGV[2]: the name.
 // ARGV[3]: the Token JSON.
@@ -57,9 +57,9 @@ return result
 
 // revokeScript removes the token a name refers to.
 //
-// KEYS[1]: the tokens hash.
-// KEYS[2]: the names hash.
-// KEYS[3]: the last-used hash.
+// KEYS[1]: the tokens hash (keyspace.Tokens).
+// KEYS[2]: the names hash (keyspace.TokenNames).
+// KEYS[3]: the last-used hash (keyspace.TokenLastUsed).
 // ARGV[1]: the name.
 // Result: 1 if removed, 0 if there is no such name (nothing changed).
 var revokeScript = redis.NewScript(`

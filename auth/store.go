@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -79,11 +82,34 @@ func Generate() string {
 	return TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// Store keeps tokens in Redis. It is safe for concurrent use; many Stores,
+// DefaultPrefix starts every key when Config.Prefix is empty.
+const DefaultPrefix = keyspace.DefaultPrefix
+
+// Config holds the Store's tunables. The zero value means defaults.
+type Config struct {
+	// Prefix starts every key the Store uses (their layout is
+	// internal/keyspace's), so several keyhook installations can share
+	// one Redis. It must not contain '{' or '}', which would move the
+	// Redis Cluster hash tag. Default "keyhook".
+	Prefix string
+}
+
+// Validate reports the first invalid field of c. Zero fields are valid:
+// they mean the default.
+func (c Config) Validate() error {
+	if err := (keyspace.Keyspace{Prefix: c.Prefix}).Validate(); err != nil {
+		return fmt.Errorf("auth: config: Prefix: %w", err)
+	}
+	return nil
+}
+
+// Store keeps tokens in Redis: three HASHes that share one hash tag (the
+// records by token hash, the names, the last uses), changed together by
+// the scripts of scripts.go. It is safe for concurrent use; many Stores,
 // in many processes, may share one Redis and prefix.
 type Store struct {
 	rdb  redis.UniversalClient
-	keys keys
+	keys keyspace.Keyspace
 	now  func() time.Time
 
 	mu sync.Mutex
@@ -93,10 +119,24 @@ type Store struct {
 	recorded map[string]time.Time
 }
 
-// NewStore returns a store on rdb whose keys start with prefix
-// (DefaultPrefix, "keyhook", when prefix is ""). The caller owns rdb.
-func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: newKeys(prefix), now: time.Now, recorded: make(map[string]time.Time)}
+// New returns a Store over rdb, which the caller keeps ownership of. It
+// returns an error naming the bad field when cfg is invalid.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if rdb == nil {
+		return nil, errors.New("auth: new: nil redis client")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, now: time.Now, recorded: make(map[string]time.Time)}, nil
+}
+
+// hashSecret is the stored identity of a token: its SHA-256, in hex. A
+// token carries 256 random bits, so a plain hash, unsalted and fast, is
+// as strong as the token and lets a lookup find it.
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
 }
 
 // Create generates a token named name with the given scopes, stores its
@@ -114,7 +154,7 @@ func (s *Store) Create(ctx context.Context, name string, scopes []Scope) (string
 		return "", Token{}, fmt.Errorf("auth: create: encode: %w", err)
 	}
 	secret := Generate()
-	res, err := createScript.Run(ctx, s.rdb, []string{s.keys.tokens, s.keys.names}, hashSecret(secret), name, data).Int()
+	res, err := createScript.Run(ctx, s.rdb, []string{s.keys.Tokens(), s.keys.TokenNames()}, hashSecret(secret), name, data).Int()
 	if err != nil {
 		return "", Token{}, fmt.Errorf("auth: create: %w", err)
 	}
@@ -149,7 +189,7 @@ func (s *Store) Ensure(ctx context.Context, name, secret string, scopes []Scope)
 	if err != nil {
 		return false, fmt.Errorf("auth: ensure: encode: %w", err)
 	}
-	res, err := ensureScript.Run(ctx, s.rdb, []string{s.keys.tokens, s.keys.names, s.keys.lastUsed},
+	res, err := ensureScript.Run(ctx, s.rdb, []string{s.keys.Tokens(), s.keys.TokenNames(), s.keys.TokenLastUsed()},
 		hashSecret(secret), name, data).Int()
 	if err != nil {
 		return false, fmt.Errorf("auth: ensure %q: %w", name, err)
@@ -175,7 +215,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (Token, error) 
 		return Token{}, ErrInvalidToken
 	}
 	h := hashSecret(secret)
-	data, err := s.rdb.HGet(ctx, s.keys.tokens, h).Bytes()
+	data, err := s.rdb.HGet(ctx, s.keys.Tokens(), h).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Token{}, ErrInvalidToken
 	}
@@ -203,17 +243,17 @@ func (s *Store) recordUse(ctx context.Context, h string) {
 	}
 	s.mu.Unlock()
 	if due {
-		_ = s.rdb.HSet(ctx, s.keys.lastUsed, h, now.UnixMilli()).Err()
+		_ = s.rdb.HSet(ctx, s.keys.TokenLastUsed(), h, now.UnixMilli()).Err()
 	}
 }
 
 // List returns every stored token's record, sorted by name.
 func (s *Store) List(ctx context.Context) ([]Token, error) {
-	all, err := s.rdb.HGetAll(ctx, s.keys.tokens).Result()
+	all, err := s.rdb.HGetAll(ctx, s.keys.Tokens()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("auth: list: %w", err)
 	}
-	used, err := s.rdb.HGetAll(ctx, s.keys.lastUsed).Result()
+	used, err := s.rdb.HGetAll(ctx, s.keys.TokenLastUsed()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("auth: list: %w", err)
 	}
@@ -236,7 +276,7 @@ func (s *Store) List(ctx context.Context) ([]Token, error) {
 // Revoke removes the token named name: it stops authenticating at once,
 // on every node. An unknown name gives an error wrapping ErrNotFound.
 func (s *Store) Revoke(ctx context.Context, name string) error {
-	res, err := revokeScript.Run(ctx, s.rdb, []string{s.keys.tokens, s.keys.names, s.keys.lastUsed}, name).Int()
+	res, err := revokeScript.Run(ctx, s.rdb, []string{s.keys.Tokens(), s.keys.TokenNames(), s.keys.TokenLastUsed()}, name).Int()
 	if err != nil {
 		return fmt.Errorf("auth: revoke %q: %w", name, err)
 	}

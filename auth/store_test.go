@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/redis/go-redis/v9"
 )
 
 var tokenPattern = regexp.MustCompile(`^kh_[A-Za-z0-9_-]{43}$`)
@@ -18,7 +19,7 @@ var tokenPattern = regexp.MustCompile(`^kh_[A-Za-z0-9_-]{43}$`)
 func TestCreateStoresOnlyAHashAndAuthenticates(t *testing.T) {
 	ctx := context.Background()
 	rdb := testutil.StartRedis(t).Client()
-	store := NewStore(rdb, "")
+	store := newStore(t, rdb)
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	store.now = func() time.Time { return now }
 
@@ -89,7 +90,7 @@ func TestAdminImpliesEveryScope(t *testing.T) {
 
 func TestListShowsRecordsAndLastUseAndRevokeStopsAToken(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client())
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	store.now = func() time.Time { return now }
 	a, _, _ := store.Create(ctx, "b-reader", []Scope{ScopeRead})
@@ -135,7 +136,7 @@ func TestListShowsRecordsAndLastUseAndRevokeStopsAToken(t *testing.T) {
 
 func TestEnsureIsIdempotentAndRotates(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client())
 	first := Generate()
 	for i, wantCreated := range []bool{true, false, false} {
 		created, err := store.Ensure(ctx, "bootstrap", first, []Scope{ScopeAdmin})
@@ -178,5 +179,26 @@ func TestParseScopes(t *testing.T) {
 		if _, err := ParseScopes(bad); err == nil {
 			t.Errorf("ParseScopes(%q) accepted", bad)
 		}
+	}
+}
+
+// newStore returns a Store over rdb with the default Config.
+func newStore(t *testing.T, rdb redis.UniversalClient) *Store {
+	t.Helper()
+	s, err := New(rdb, Config{})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+func TestNewRefusesANilClientAndABadPrefix(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = rdb.Close() })
+	if _, err := New(nil, Config{}); err == nil {
+		t.Errorf("New(nil) succeeded; want an error")
+	}
+	if _, err := New(rdb, Config{Prefix: "kh{x}"}); err == nil || !strings.Contains(err.Error(), "Prefix") {
+		t.Errorf("New with a brace in Prefix = %v; want an error naming Prefix", err)
 	}
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/keyhook/keyhook/tracking"
 )
 
@@ -304,8 +304,7 @@ func startTrackSampler(ctx context.Context, h *harness, sub, topic string, parti
 	keys := make([]string, partitions)
 	for p := range partitions {
 		pks[p] = tracking.PartitionKey{Subscription: sub, Topic: topic, Partition: p}
-		// The key layout tracking documents: <prefix>:track:{<sub>:<topic>:<partition>}.
-		keys[p] = tracking.DefaultPrefix + ":track:{" + sub + ":" + topic + ":" + strconv.Itoa(int(p)) + "}"
+		keys[p] = keyspace.Keyspace{}.Partition(sub, topic, p)
 	}
 	go func() {
 		defer close(s.done)

@@ -167,7 +167,10 @@ func exerciseStores(t *testing.T, rdb redis.UniversalClient, partitions int32, b
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	subs := subscription.NewStore(rdb, "")
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := make(chan []*subscription.Subscription, 16)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan error, 1)

@@ -66,7 +66,10 @@ func testSeek(t *testing.T, brokers []string, topic string) {
 			t.Fatal(err)
 		}
 	}
-	store := subscription.NewStore(rdb, "")
+	store, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +131,10 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 		return http.StatusOK
 	}
 	produce(t, brokers, "dl", 40, func(i int) string { return fmt.Sprintf("k%d", i%4) }, func(int) int32 { return 0 })
-	store := subscription.NewStore(rdb, "")
+	store, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +203,10 @@ func TestPauseReachesEveryNodeWithin2Seconds(t *testing.T) {
 	sink.Latency = func(*testutil.Delivery) time.Duration { return 5 * time.Millisecond }
 	const n = 6000
 	ends := produce(t, brokers, "pause-all", n, func(i int) string { return fmt.Sprintf("k%d", i%40) }, func(i int) int32 { return int32(i % 4) })
-	store := subscription.NewStore(rdb, "")
+	store, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	sub := &subscription.Subscription{Name: "pause-all", Topics: []string{"pause-all"}, Endpoint: subscription.Endpoint{URL: sink.URL}, MaxInFlight: 4}
 	if err := store.Create(context.Background(), sub); err != nil {
 		t.Fatal(err)

@@ -175,7 +175,11 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 		MaxInFlight: cfg.maxInFlight,
 		Ordering:    subscription.OrderKey,
 	}
-	if err := subscription.NewStore(c.rdb, "").Create(context.Background(), c.sub); err != nil {
+	subs, err := subscription.New(c.rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := subs.Create(context.Background(), c.sub); err != nil {
 		t.Fatalf("create subscription: %v", err)
 	}
 	c.adm = kadm.NewClient(newClient(t, brokers))

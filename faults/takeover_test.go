@@ -34,7 +34,11 @@ func TestTakeoverAfterSIGKILLLosesNothing(t *testing.T) {
 		MaxInFlight: 32,
 	}
 	sub.Normalize()
-	if err := subscription.NewStore(redisSrv.Client(), "").Create(context.Background(), sub); err != nil {
+	subs, err := subscription.New(redisSrv.Client(), subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := subs.Create(context.Background(), sub); err != nil {
 		t.Fatal(err)
 	}
 	flags := []string{"--kafka-brokers", brokers[0], "--redis-url", redisSrv.URL(), "--session-timeout", "6s", "--commit-interval", "200ms"}

@@ -10,12 +10,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of Config, applied to fields left at zero.
 const (
-	DefaultPrefix     = "keyhook"
+	DefaultPrefix     = keyspace.DefaultPrefix
 	DefaultInterval   = 2 * time.Second
 	DefaultLiveFor    = 10 * time.Second
 	DefaultPruneAfter = time.Hour
@@ -49,7 +50,8 @@ type Info struct {
 
 // Config tunes a Registry. The zero value is ready to use.
 type Config struct {
-	// Prefix starts the registry's key, "<prefix>:nodes". Default
+	// Prefix starts the registry's key, "<prefix>:nodes" (its layout is
+	// internal/keyspace's). It must not contain '{' or '}'. Default
 	// "keyhook".
 	Prefix string
 	// Interval is the time between heartbeats. Default 2s.
@@ -76,45 +78,66 @@ type Registry struct {
 	key string
 }
 
-// NewRegistry returns a registry on rdb. The caller owns rdb.
-func NewRegistry(rdb redis.UniversalClient, cfg Config) (*Registry, error) {
-	if rdb == nil {
-		return nil, errors.New("nodes: redis client is required")
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+// Validate reports the first invalid field of c. Zero fields are valid:
+// they mean the default; the relations between the durations hold for
+// the values in effect.
+func (c Config) Validate() error {
+	if err := (keyspace.Keyspace{Prefix: c.Prefix}).Validate(); err != nil {
+		return fmt.Errorf("nodes: config: Prefix: %w", err)
 	}
 	for _, d := range []struct {
 		name string
-		v    *time.Duration
-		def  time.Duration
-	}{{"Interval", &cfg.Interval, DefaultInterval}, {"LiveFor", &cfg.LiveFor, DefaultLiveFor}, {"PruneAfter", &cfg.PruneAfter, DefaultPruneAfter}} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("nodes: Config.%s is %v, must not be negative", d.name, *d.v)
+		v    time.Duration
+	}{{"Interval", c.Interval}, {"LiveFor", c.LiveFor}, {"PruneAfter", c.PruneAfter}} {
+		if d.v < 0 {
+			return fmt.Errorf("nodes: config: %s is %v, must not be negative", d.name, d.v)
 		}
+	}
+	c = c.withDefaults()
+	if c.LiveFor <= c.Interval {
+		return fmt.Errorf("nodes: config: LiveFor (%v) must exceed Interval (%v)", c.LiveFor, c.Interval)
+	}
+	if c.PruneAfter < c.LiveFor {
+		return fmt.Errorf("nodes: config: PruneAfter (%v) must be at least LiveFor (%v)", c.PruneAfter, c.LiveFor)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.Interval, DefaultInterval}, {&c.LiveFor, DefaultLiveFor}, {&c.PruneAfter, DefaultPruneAfter}} {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if cfg.LiveFor <= cfg.Interval {
-		return nil, fmt.Errorf("nodes: Config.LiveFor (%v) must exceed Config.Interval (%v)", cfg.LiveFor, cfg.Interval)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
-	if cfg.PruneAfter < cfg.LiveFor {
-		return nil, fmt.Errorf("nodes: Config.PruneAfter (%v) must be at least Config.LiveFor (%v)", cfg.PruneAfter, cfg.LiveFor)
+	if c.Now == nil {
+		c.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	return c
+}
+
+// New returns a Registry over rdb, which the caller keeps ownership of.
+// It returns an error naming the bad field when cfg is invalid.
+func New(rdb redis.UniversalClient, cfg Config) (*Registry, error) {
+	if rdb == nil {
+		return nil, errors.New("nodes: new: nil redis client")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	return &Registry{rdb: rdb, cfg: cfg, key: cfg.Prefix + ":nodes"}, nil
+	cfg = cfg.withDefaults()
+	return &Registry{rdb: rdb, cfg: cfg, key: keyspace.Keyspace{Prefix: cfg.Prefix}.Nodes()}, nil
 }
 
 // pruneScript deletes a node's entry if it is still exactly the one read:
 // a node that heartbeat in the meantime keeps its entry.
 //
-// KEYS[1]: the nodes hash.
+// KEYS[1]: the nodes hash (keyspace.Nodes).
 // ARGV[1]: the node id.
 // ARGV[2]: the entry as read.
 // Result: 1 if deleted, 0 if the entry changed or is gone.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func (c *clock) set(t time.Time) {
 
 func newRegistry(t *testing.T, rdb redis.UniversalClient, c *clock) *Registry {
 	t.Helper()
-	r, err := NewRegistry(rdb, Config{Interval: 10 * time.Millisecond, LiveFor: 10 * time.Second, PruneAfter: time.Hour,
+	r, err := New(rdb, Config{Interval: 10 * time.Millisecond, LiveFor: 10 * time.Second, PruneAfter: time.Hour,
 		Now: c.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -155,19 +156,27 @@ func TestRunSurvivesRedisOutage(t *testing.T) {
 	}
 }
 
-func TestNewRegistryValidatesConfig(t *testing.T) {
+func TestNewNamesTheBadField(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
-	for _, cfg := range []Config{
-		{Interval: -1},
-		{Interval: 10 * time.Second, LiveFor: 5 * time.Second},
-		{LiveFor: time.Minute, PruneAfter: time.Second},
+	for _, tt := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Prefix: "kh{x}"}, "Prefix"},
+		{Config{Interval: -1}, "Interval"},
+		{Config{Interval: 10 * time.Second, LiveFor: 5 * time.Second}, "LiveFor"},
+		{Config{Interval: 20 * time.Second}, "LiveFor"}, // the default LiveFor, 10s
+		{Config{LiveFor: time.Minute, PruneAfter: time.Second}, "PruneAfter"},
 	} {
-		if _, err := NewRegistry(rdb, cfg); err == nil {
-			t.Errorf("NewRegistry(%+v) accepted", cfg)
+		if _, err := New(rdb, tt.cfg); err == nil || !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("New(%+v) = %v; want an error naming %s", tt.cfg, err, tt.field)
 		}
 	}
-	if _, err := NewRegistry(nil, Config{}); err == nil {
-		t.Error("NewRegistry(nil) accepted")
+	if _, err := New(rdb, Config{}); err != nil {
+		t.Errorf("New with the zero Config: %v", err)
+	}
+	if _, err := New(nil, Config{}); err == nil {
+		t.Error("New(nil) accepted")
 	}
 }

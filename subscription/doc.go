@@ -4,10 +4,10 @@
 // change feed that tells every node when that set changes.
 //
 // The store's changes are atomic Lua scripts that write and announce in
-// one step: Create (optionally idempotent, recording the request under the
-// client's key for 24 hours in the same step), Update and Replace (a
-// compare-and-set on the version, which counts changes), Delete and
-// DeleteVersion. Page reads the set in a stable order with stateless
+// one step: Create (optionally idempotent, recording the request, without
+// its secrets, under the caller's key for 24 hours in the same step),
+// Update and Replace (a compare-and-set on the version, which counts
+// changes), Delete and DeleteVersion. Page reads the set in a stable order with stateless
 // cursors. The package also defines the shapes the API and the dispatcher
 // exchange for operations on a subscription's Kafka side (SeekRequest,
 // SeekResult, DeadLetter, DeadLetterPage, Status), and validates seeks.

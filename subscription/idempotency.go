@@ -6,59 +6,76 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 )
 
-// IdempotencyTTL is how long CreateIdempotent remembers a key: 24 hours.
-// A key used again after that creates a new subscription.
-const IdempotencyTTL = 24 * time.Hour
-
 // ErrIdempotencyKeyReused is returned (wrapped) by CreateIdempotent when
-// the key was used, within IdempotencyTTL, by a request with another
-// fingerprint. Compare with errors.Is.
+// the caller used the key, within the idempotency TTL, for a request with
+// another fingerprint. Compare with errors.Is.
 var ErrIdempotencyKeyReused = errors.New("subscription: idempotency key reused for a different request")
 
-// CreateIdempotent is Create for a request that the client may send more
-// than once, identified by the client's key. fingerprint identifies the
-// request's content (a hash of its body, say); it must not be empty or
-// contain a newline.
+// Idempotency identifies a create that its caller may send more than once.
+type Idempotency struct {
+	// Caller is who sends the request: the name of the API token, never
+	// its value. Keys are scoped to it, so one caller's key never
+	// answers, nor blocks, another caller's request. Required.
+	Caller string
+	// Key is the caller's Idempotency-Key. Required.
+	Key string
+	// Fingerprint identifies the request's content (a hash of its body,
+	// say): one non-empty line.
+	Fingerprint string
+}
+
+// CreateIdempotent is Create for a request that the caller may send more
+// than once, identified by req.
 //
-// The first request with a key creates the subscription exactly as Create
-// does and records, in the same atomic step, the fingerprint and the
-// created subscription under the key for IdempotencyTTL. A later request
-// with the same key and fingerprint creates nothing: sub is overwritten
-// with the subscription first created, as it was then (even if it has
-// changed or been deleted since), and replayed is true. A later request
-// with the same key and another fingerprint creates nothing and gets an
-// error wrapping ErrIdempotencyKeyReused. A sub that fails Validate gets a
-// *ValidationError and nothing is recorded, so a corrected request may
-// reuse the key.
+// The first request with a caller's key creates the subscription exactly
+// as Create does and records, in the same atomic step, the fingerprint
+// and the created subscription under the (caller, key) pair for the
+// idempotency TTL (Config.IdempotencyTTL, 24 hours by default). A later
+// request from the same caller with the same key and fingerprint creates
+// nothing: sub is overwritten with the subscription first created, as it
+// was then (even if it has changed or been deleted since), and replayed is
+// true. The replay carries no secret: the record is kept redacted
+// (Subscription.Redacted), so its signing secrets have no value and its
+// endpoint credentials are "[redacted]"; a secret is shown once, to the
+// request that made it. A later request from the same caller with the same
+// key and another fingerprint creates nothing and gets an error wrapping
+// ErrIdempotencyKeyReused. The same key from another caller is another
+// request. A sub that fails Validate gets a *ValidationError and nothing
+// is recorded, so a corrected request may reuse the key.
 //
 // sub is changed only when the error is nil.
-func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, key, fingerprint string) (replayed bool, err error) {
-	if key == "" {
+func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, req Idempotency) (replayed bool, err error) {
+	switch {
+	case req.Caller == "":
+		return false, errors.New("subscription: create: idempotency caller is empty")
+	case req.Key == "":
 		return false, errors.New("subscription: create: idempotency key is empty")
-	}
-	if fingerprint == "" || strings.ContainsRune(fingerprint, '\n') {
+	case req.Fingerprint == "" || strings.ContainsRune(req.Fingerprint, '\n'):
 		return false, errors.New("subscription: create: fingerprint must be one non-empty line")
 	}
 	c := *sub
 	if err := s.prepareCreate(&c); err != nil {
 		return false, err
 	}
-	recordKey := s.keys.idempotency(key)
+	recordKey := s.keys.Idempotency(req.Caller, req.Key)
 	for range createAttempts {
 		c.ID = newID()
 		data, err := json.Marshal(&c)
 		if err != nil {
 			return false, fmt.Errorf("subscription: create: encode: %w", err)
 		}
-		res, err := createIdempotentScript.Run(ctx, s.rdb, []string{s.keys.subscriptions, recordKey},
-			c.ID, data, s.keys.changed, fingerprint, s.idempotencyTTL.Milliseconds()).Slice()
+		record, err := json.Marshal(c.Redacted())
+		if err != nil {
+			return false, fmt.Errorf("subscription: create: encode: %w", err)
+		}
+		res, err := createIdempotentScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), recordKey},
+			c.ID, data, s.keys.SubscriptionsChanged(), req.Fingerprint+"\n"+string(record), s.idempotencyTTL.Milliseconds()).Slice()
 		if err != nil {
 			return false, fmt.Errorf("subscription: create: %w", err)
 		}
-		code, record, err := scriptPair(res)
+		code, stored, err := scriptPair(res)
 		if err != nil {
 			return false, fmt.Errorf("subscription: create: %w", err)
 		}
@@ -67,18 +84,18 @@ func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, key, fi
 			*sub = c
 			return false, nil
 		case 2:
-			fp, stored, ok := strings.Cut(record, "\n")
+			fp, first, ok := strings.Cut(stored, "\n")
 			if !ok {
 				return false, fmt.Errorf("subscription: create: idempotency record is malformed")
 			}
-			if fp != fingerprint {
+			if fp != req.Fingerprint {
 				return false, fmt.Errorf("subscription: create: %w", ErrIdempotencyKeyReused)
 			}
-			var first Subscription
-			if err := json.Unmarshal([]byte(stored), &first); err != nil {
+			var was Subscription
+			if err := json.Unmarshal([]byte(first), &was); err != nil {
 				return false, fmt.Errorf("subscription: create: decode idempotency record: %w", err)
 			}
-			*sub = first
+			*sub = was
 			return true, nil
 		}
 	}

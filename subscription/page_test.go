@@ -11,7 +11,7 @@ import (
 
 func TestPageWalksTheListInOrderAndFilters(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	store.now = steppingClock()
 	var all []*Subscription
 	for i := range 7 {
@@ -62,7 +62,7 @@ func TestPageWalksTheListInOrderAndFilters(t *testing.T) {
 }
 
 func TestPageRefusesForeignCursorsAndLimits(t *testing.T) {
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	for _, c := range []string{"x", "!!", encodeCursor(position{id: "nope"}), "MTIz"} {
 		if _, err := store.Page(context.Background(), PageRequest{Cursor: c}); !errors.Is(err, ErrInvalidCursor) {
 			t.Errorf("cursor %q: err = %v, want ErrInvalidCursor", c, err)

@@ -1,18 +1,33 @@
 package subscription
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Every change to the set is one script, so that storing and announcing it
 // cannot be separated: a node that hears of a change always finds it
 // stored, and a stored change is always announced (Watch's resync covers
 // the announcements Pub/Sub itself loses).
+//
+// A script that reads a field of a subscription's JSON names it through
+// F, a Lua table that fieldsLua declares at the script's head from the
+// Go constants below, never as a literal; a test holds the constants to
+// the JSON that Create writes.
+
+// versionField is the JSON name of Subscription.Version.
+const versionField = "version"
+
+// fieldsLua declares F.
+var fieldsLua = "local F = {version = " + strconv.Quote(versionField) + "}\n"
 
 // createScript stores a new subscription unless its id is taken.
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the subscription JSON.
-// ARGV[3]: the change channel.
+// ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if stored and published, 0 if the id already exists (nothing
 // changed).
 var createScript = redis.NewScript(`
@@ -29,17 +44,18 @@ return 1
 // client repeating a request never creates a second subscription, even
 // after a crash between the two.
 //
-// KEYS[1]: the subscriptions hash.
-// KEYS[2]: the idempotency record (a STRING).
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[2]: the idempotency record, a STRING scoped to the caller
+// (keyspace.Idempotency).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the subscription JSON.
-// ARGV[3]: the change channel.
-// ARGV[4]: the request's fingerprint (hex, no newline).
+// ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
+// ARGV[4]: the record: the request's fingerprint (no newline), "\n", and
+// the redacted JSON of the subscription (no secret is ever replayed).
 // ARGV[5]: how long the record lives, in milliseconds.
 // Result: {1, ""} if stored, recorded and published; {0, ""} if the id
 // already exists (nothing changed); {2, record} if a record exists
-// (nothing changed): the record is the fingerprint, "\n", and the JSON of
-// the subscription then created.
+// (nothing changed).
 var createIdempotentScript = redis.NewScript(`
 local rec = redis.call('GET', KEYS[2])
 if rec then
@@ -48,7 +64,7 @@ end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return {0, ''}
 end
-redis.call('SET', KEYS[2], ARGV[4] .. '\n' .. ARGV[2], 'PX', ARGV[5])
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {1, ''}
 `)
@@ -57,33 +73,35 @@ return {1, ''}
 // the expected one: the compare-and-set that makes concurrent changes
 // safe (the loser gets a version mismatch, never a lost update).
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
 // ARGV[3]: the new subscription JSON.
-// ARGV[4]: the change channel.
+// ARGV[4]: the change channel (keyspace.SubscriptionsChanged).
 // Result: {1, version} if stored and published; {0, 0} if there is no such
 // id; {-1, version} if the stored version is another (nothing changed).
 // version is the stored version before the call.
-var updateScript = redis.NewScript(`
+var updateScript = redis.NewScript(fieldsLua + updateLua)
+
+const updateLua = `
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then
   return {0, 0}
 end
-local v = cjson.decode(cur)['version']
+local v = cjson.decode(cur)[F.version]
 if v ~= tonumber(ARGV[2]) then
   return {-1, v}
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('PUBLISH', ARGV[4], ARGV[1])
 return {1, v}
-`)
+`
 
 // deleteScript removes a subscription.
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
-// ARGV[2]: the change channel.
+// ARGV[2]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if removed and published, 0 if there was no such id (nothing
 // changed).
 var deleteScript = redis.NewScript(`
@@ -97,23 +115,25 @@ return 1
 // deleteVersionScript removes a subscription if its stored version is the
 // expected one.
 //
-// KEYS[1]: the subscriptions hash.
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
-// ARGV[3]: the change channel.
+// ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
 // Result: {1, version} if removed and published; {0, 0} if there is no
 // such id; {-1, version} if the stored version is another (nothing
 // changed). version is the stored version before the call.
-var deleteVersionScript = redis.NewScript(`
+var deleteVersionScript = redis.NewScript(fieldsLua + deleteVersionLua)
+
+const deleteVersionLua = `
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then
   return {0, 0}
 end
-local v = cjson.decode(cur)['version']
+local v = cjson.decode(cur)[F.version]
 if v ~= tonumber(ARGV[2]) then
   return {-1, v}
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {1, v}
-`)
+`

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,24 +34,71 @@ const idChars = 20
 // source from looping forever.
 const createAttempts = 3
 
+// Defaults of Config, applied to fields left at zero.
+const (
+	// DefaultPrefix starts every key and channel when Config.Prefix is
+	// empty.
+	DefaultPrefix = keyspace.DefaultPrefix
+	// DefaultIdempotencyTTL is how long CreateIdempotent remembers a key
+	// when Config.IdempotencyTTL is zero: 24 hours.
+	DefaultIdempotencyTTL = 24 * time.Hour
+)
+
+// Config holds the Store's tunables. The zero value means defaults.
+type Config struct {
+	// Prefix starts every key and channel the Store uses (their layout is
+	// internal/keyspace's), so several keyhook installations can share
+	// one Redis. It must not contain '{' or '}', which would move the
+	// Redis Cluster hash tags. Default "keyhook".
+	Prefix string
+	// IdempotencyTTL is how long CreateIdempotent remembers a key: a key
+	// used again after that creates a new subscription. At least a
+	// millisecond; default 24 hours.
+	IdempotencyTTL time.Duration
+}
+
+// Validate reports the first invalid field of c. Zero fields are valid:
+// they mean the default.
+func (c Config) Validate() error {
+	if err := (keyspace.Keyspace{Prefix: c.Prefix}).Validate(); err != nil {
+		return fmt.Errorf("subscription: config: Prefix: %w", err)
+	}
+	if c.IdempotencyTTL < 0 || (c.IdempotencyTTL > 0 && c.IdempotencyTTL < time.Millisecond) {
+		return fmt.Errorf("subscription: config: IdempotencyTTL %v must be 0 (default %v) or at least 1ms", c.IdempotencyTTL, DefaultIdempotencyTTL)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	return c
+}
+
 // Store keeps subscriptions in Redis: one HASH from id to the
 // subscription's JSON, and a Pub/Sub channel announcing each change. A
 // Store is safe for concurrent use; many Stores, in many processes, may
 // share one Redis and prefix.
 type Store struct {
-	rdb  redis.UniversalClient
-	keys keys
-	now  func() time.Time
-	// idempotencyTTL is how long the record of an idempotent create
-	// lives: IdempotencyTTL, shortened by tests.
+	rdb            redis.UniversalClient
+	keys           keyspace.Keyspace
 	idempotencyTTL time.Duration
+	now            func() time.Time
 }
 
-// NewStore returns a store on rdb whose keys start with prefix
-// (DefaultPrefix, "keyhook", when prefix is ""). The caller owns rdb and
-// closes it after the store's last use.
-func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: newKeys(prefix), now: time.Now, idempotencyTTL: IdempotencyTTL}
+// New returns a Store over rdb, which the caller keeps ownership of (and
+// closes after the store's last use). It returns an error naming the bad
+// field when cfg is invalid.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if rdb == nil {
+		return nil, errors.New("subscription: new: nil redis client")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, idempotencyTTL: cfg.IdempotencyTTL, now: time.Now}, nil
 }
 
 // Create normalizes and validates sub, assigns its ID ("sub_" and 20
@@ -69,7 +117,7 @@ func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 		if err != nil {
 			return fmt.Errorf("subscription: create: encode: %w", err)
 		}
-		stored, err := createScript.Run(ctx, s.rdb, []string{s.keys.subscriptions}, id, data, s.keys.changed).Int()
+		stored, err := createScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, id, data, s.keys.SubscriptionsChanged()).Int()
 		if err != nil {
 			return fmt.Errorf("subscription: create: %w", err)
 		}
@@ -96,7 +144,7 @@ func (s *Store) prepareCreate(sub *Subscription) error {
 // Get returns the subscription with the given id, or an error wrapping
 // ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*Subscription, error) {
-	data, err := s.rdb.HGet(ctx, s.keys.subscriptions, id).Bytes()
+	data, err := s.rdb.HGet(ctx, s.keys.Subscriptions(), id).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("subscription: get %q: %w", id, ErrNotFound)
 	}
@@ -114,7 +162,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Subscription, error) {
 // ID, so the order is stable). Each call returns new values the caller may
 // keep and change.
 func (s *Store) List(ctx context.Context) ([]*Subscription, error) {
-	all, err := s.rdb.HGetAll(ctx, s.keys.subscriptions).Result()
+	all, err := s.rdb.HGetAll(ctx, s.keys.Subscriptions()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("subscription: list: %w", err)
 	}
@@ -139,7 +187,7 @@ func (s *Store) List(ctx context.Context) ([]*Subscription, error) {
 // the change feed in one atomic step. An id that is not stored gives an
 // error wrapping ErrNotFound, and nothing is announced.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.subscriptions}, id, s.keys.changed).Int()
+	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, id, s.keys.SubscriptionsChanged()).Int()
 	if err != nil {
 		return fmt.Errorf("subscription: delete %q: %w", id, err)
 	}

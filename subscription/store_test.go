@@ -25,7 +25,7 @@ func steppingClock() func() time.Time {
 
 func TestStoreCreateGetListDeleteRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	store.now = steppingClock()
 
 	first := Subscription{Name: "first", Topics: []string{"orders"}, Endpoint: Endpoint{URL: "https://a.example/hook"}}
@@ -88,7 +88,7 @@ func TestStoreCreateGetListDeleteRoundTrip(t *testing.T) {
 
 func TestStoreCreateRefusesInvalidSubscriptionAndStoresNothing(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 
 	sub := Subscription{Name: "bad", Endpoint: Endpoint{URL: "ftp://x"}}
 	err := store.Create(ctx, &sub)
@@ -110,7 +110,7 @@ func TestStoreCreateRefusesInvalidSubscriptionAndStoresNothing(t *testing.T) {
 
 func TestStoreListOrdersByCreationThenID(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	base := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := []time.Time{base.Add(time.Second), base, base, base.Add(-time.Second)}
 	store.now = func() time.Time { t := clock[0]; clock = clock[1:]; return t }
@@ -143,7 +143,7 @@ func TestStoreListOrdersByCreationThenID(t *testing.T) {
 func TestStoreAnnouncesCreateAndDeleteButNotMissingDelete(t *testing.T) {
 	ctx := context.Background()
 	rdb := testutil.StartRedis(t).Client()
-	store := NewStore(rdb, "")
+	store := newStore(t, rdb, Config{})
 	ps := rdb.Subscribe(ctx, "keyhook:subscriptions:changed")
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
@@ -181,7 +181,7 @@ func TestStoreAnnouncesCreateAndDeleteButNotMissingDelete(t *testing.T) {
 func TestStorePrefixSeparatesStores(t *testing.T) {
 	ctx := context.Background()
 	rdb := testutil.StartRedis(t).Client()
-	def, other := NewStore(rdb, ""), NewStore(rdb, "tenant-b")
+	def, other := newStore(t, rdb, Config{}), newStore(t, rdb, Config{Prefix: "tenant-b"})
 
 	sub := Subscription{Name: "n", Topics: []string{"t"}, Endpoint: Endpoint{URL: "https://h.example"}}
 	if err := def.Create(ctx, &sub); err != nil {
@@ -201,7 +201,7 @@ func TestStorePrefixSeparatesStores(t *testing.T) {
 func TestStoreReportsCorruptEntryAsErrorNotAbsence(t *testing.T) {
 	ctx := context.Background()
 	rdb := testutil.StartRedis(t).Client()
-	store := NewStore(rdb, "")
+	store := newStore(t, rdb, Config{})
 	rdb.HSet(ctx, "keyhook:subscriptions", "sub_broken", "{not json", "sub_renamed", `{"id":"sub_other"}`)
 
 	for _, id := range []string{"sub_broken", "sub_renamed"} {

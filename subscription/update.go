@@ -50,7 +50,7 @@ func (s *Store) Update(ctx context.Context, id string, expectedVersion int64, fn
 		return nil, errors.New("subscription: update: fn is nil")
 	}
 	for range updateAttempts {
-		data, err := s.rdb.HGet(ctx, s.keys.subscriptions, id).Bytes()
+		data, err := s.rdb.HGet(ctx, s.keys.Subscriptions(), id).Bytes()
 		if errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("subscription: update %q: %w", id, ErrNotFound)
 		}
@@ -152,8 +152,8 @@ func (s *Store) runVersioned(ctx context.Context, script *redis.Script, id strin
 	if data != nil {
 		args = append(args, data)
 	}
-	args = append(args, s.keys.changed)
-	res, err := script.Run(ctx, s.rdb, []string{s.keys.subscriptions}, args...).Int64Slice()
+	args = append(args, s.keys.SubscriptionsChanged())
+	res, err := script.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -17,7 +17,7 @@ func newSub() *Subscription {
 func TestUpdateStoresTheNextVersionAndAnnouncesIt(t *testing.T) {
 	ctx := context.Background()
 	rdb := testutil.StartRedis(t).Client()
-	store := NewStore(rdb, "")
+	store := newStore(t, rdb, Config{})
 	store.now = steppingClock()
 	sub := newSub()
 	if err := store.Create(ctx, sub); err != nil {
@@ -62,7 +62,7 @@ func TestUpdateStoresTheNextVersionAndAnnouncesIt(t *testing.T) {
 
 func TestUpdateRefusesAndChangesNothing(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	sub := newSub()
 	if err := store.Create(ctx, sub); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestUpdateRefusesAndChangesNothing(t *testing.T) {
 
 func TestConcurrentUpdatesNeverLoseAChange(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	sub := newSub()
 	if err := store.Create(ctx, sub); err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestConcurrentUpdatesNeverLoseAChange(t *testing.T) {
 
 func TestReplaceKeepsIdentityAndSetsEverythingElse(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	sub := newSub()
 	sub.Ordering, sub.MaxInFlight = OrderNone, 5
 	if err := store.Create(ctx, sub); err != nil {
@@ -172,7 +172,7 @@ func TestReplaceKeepsIdentityAndSetsEverythingElse(t *testing.T) {
 
 func TestDeleteVersionDeletesOnlyTheExpectedVersion(t *testing.T) {
 	ctx := context.Background()
-	store := NewStore(testutil.StartRedis(t).Client(), "")
+	store := newStore(t, testutil.StartRedis(t).Client(), Config{})
 	sub := newSub()
 	if err := store.Create(ctx, sub); err != nil {
 		t.Fatal(err)

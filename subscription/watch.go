@@ -41,7 +41,7 @@ func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subs
 	if resync <= 0 {
 		resync = DefaultResync
 	}
-	ps := s.rdb.Subscribe(ctx, s.keys.changed)
+	ps := s.rdb.Subscribe(ctx, s.keys.SubscriptionsChanged())
 	defer ps.Close()
 	// A Pub/Sub read does not watch ctx; closing the connection is what
 	// ends a read that is waiting for a message when ctx ends.

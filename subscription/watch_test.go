@@ -82,7 +82,7 @@ func createSub(t *testing.T, store *Store, name string) *Subscription {
 
 func TestWatchReportsCurrentSetAtStart(t *testing.T) {
 	r := testutil.StartRedis(t)
-	store := NewStore(r.Client(), "")
+	store := newStore(t, r.Client(), Config{})
 	a := createSub(t, store, "a")
 
 	ids := watchIDs(t, store, noResync)
@@ -91,7 +91,7 @@ func TestWatchReportsCurrentSetAtStart(t *testing.T) {
 
 func TestWatchSeesChangesFromAnotherStoreThroughTheFeed(t *testing.T) {
 	r := testutil.StartRedis(t)
-	watcher, writer := NewStore(r.Client(), ""), NewStore(r.Client(), "")
+	watcher, writer := newStore(t, r.Client(), Config{}), newStore(t, r.Client(), Config{})
 
 	ids := watchIDs(t, watcher, noResync)
 	waitForIDs(t, ids, []string{}, 2*time.Second)
@@ -108,7 +108,7 @@ func TestWatchSeesChangesFromAnotherStoreThroughTheFeed(t *testing.T) {
 func TestWatchResyncHealsChangesMadeWithoutAnnouncement(t *testing.T) {
 	r := testutil.StartRedis(t)
 	rdb := r.Client()
-	store := NewStore(rdb, "")
+	store := newStore(t, rdb, Config{})
 	a := createSub(t, store, "a")
 
 	ids := watchIDs(t, store, 100*time.Millisecond)
@@ -126,7 +126,7 @@ func TestWatchSurvivesRedisRestart(t *testing.T) {
 		name := map[bool]string{false: "data lost", true: "data kept"}[keepData]
 		t.Run(name, func(t *testing.T) {
 			r := testutil.StartRedis(t)
-			watcher, writer := NewStore(r.Client(), ""), NewStore(r.Client(), "")
+			watcher, writer := newStore(t, r.Client(), Config{}), newStore(t, r.Client(), Config{})
 			a := createSub(t, writer, "a")
 
 			ids := watchIDs(t, watcher, noResync)
@@ -151,7 +151,7 @@ func TestWatchWaitsQuietlyForUnreachableRedisAndStopsWithContext(t *testing.T) {
 	// Nothing listens on a port that was free a moment ago.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	store := NewStore(rdb, "")
+	store := newStore(t, rdb, Config{})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

@@ -41,7 +41,7 @@ func TestNewAppliesDefaultsAndRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if diff := cmp.Diff([]any{DefaultPrefix, DefaultStaleClaim.Milliseconds()}, []any{s.prefix, s.staleMS}); diff != "" {
+	if diff := cmp.Diff([]any{"keyhook:track:{s:t:0}", DefaultStaleClaim.Milliseconds()}, []any{s.keys.Partition("s", "t", 0), s.staleMS}); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
 	if _, err := New(nil, Config{}); err == nil {

@@ -3,7 +3,6 @@ package tracking
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -26,74 +25,19 @@ const (
 	fieldUpdated   = "updated"   // last claim, flush or release
 )
 
-// partitionKey returns the key of pk's tracking HASH:
-//
-//	<prefix>:track:{<subscription>:<topic>:<partition>}
-//
-// The braces are a Redis Cluster hash tag: every key a script touches for
-// one partition lands in one slot, while partitions spread over the
-// cluster.
-func partitionKey(prefix string, pk PartitionKey) string {
-	return prefix + ":track:{" + pk.Subscription + ":" + pk.Topic + ":" +
-		strconv.FormatInt(int64(pk.Partition), 10) + "}"
+// key returns the name of pk's tracking HASH (keyspace.Partition).
+func (s *Store) key(pk PartitionKey) string {
+	return s.keys.Partition(pk.Subscription, pk.Topic, pk.Partition)
 }
 
-// subscriptionPattern returns the SCAN MATCH pattern for the keys of one
-// subscription. Glob characters in the prefix or id are escaped. The
-// pattern also matches subscriptions whose id extends this one across a
-// colon, so callers check each key with parsePartitionKey.
-func subscriptionPattern(prefix, subscription string) string {
-	return globEscape(prefix+":track:{"+subscription+":") + "*"
-}
-
-// parsePartitionKey inverts partitionKey. Topics and partitions never
-// contain a colon, so the subscription is everything before the last two.
-func parsePartitionKey(prefix, key string) (PartitionKey, bool) {
-	inner, ok := strings.CutPrefix(key, prefix+":track:{")
-	if !ok {
-		return PartitionKey{}, false
-	}
-	inner, ok = strings.CutSuffix(inner, "}")
-	if !ok {
-		return PartitionKey{}, false
-	}
-	rest, part, ok := cutLast(inner, ":")
-	if !ok {
-		return PartitionKey{}, false
-	}
-	sub, topic, ok := cutLast(rest, ":")
-	if !ok {
-		return PartitionKey{}, false
-	}
-	p, err := strconv.ParseInt(part, 10, 32)
-	if err != nil {
-		return PartitionKey{}, false
-	}
-	pk := PartitionKey{Subscription: sub, Topic: topic, Partition: int32(p)}
-	if pk.validate() != nil || partitionKey(prefix, pk) != key {
+// parseKey inverts key, refusing keys of partitions that validate refuses.
+func (s *Store) parseKey(key string) (PartitionKey, bool) {
+	sub, topic, partition, ok := s.keys.ParsePartition(key)
+	pk := PartitionKey{Subscription: sub, Topic: topic, Partition: partition}
+	if !ok || pk.validate() != nil {
 		return PartitionKey{}, false
 	}
 	return pk, true
-}
-
-func cutLast(s, sep string) (before, after string, found bool) {
-	i := strings.LastIndex(s, sep)
-	if i < 0 {
-		return s, "", false
-	}
-	return s[:i], s[i+len(sep):], true
-}
-
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch r {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // errInvalidKey is wrapped by every PartitionKey validation error.

@@ -1,12 +1,58 @@
 package tracking
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Every script reads the time from the Redis server (TIME) rather than
 // taking it from the caller, so "claimed", "updated" and the staleness of
 // a claim are measured on one clock whatever the nodes' clocks say.
 // Numbers are written with string.format("%d") because Lua's default
 // number formatting would switch to exponent notation for large values.
+//
+// Scripts name the HASH's fields as F.<name>, never as literals: F is a
+// Lua table that fieldsLua declares at the head of every script from the
+// field constants of keys.go, the ones decodeState reads, so a script and
+// the decoder cannot disagree on a field's name.
+
+// scriptFields are the entries of F: the Lua name and the Go constant.
+var scriptFields = [][2]string{
+	{"epoch", fieldEpoch},
+	{"gen", fieldGen},
+	{"owner", fieldOwner},
+	{"acked", fieldAcked},
+	{"watermark", fieldWatermark},
+	{"fetched", fieldFetched},
+	{"committed", fieldCommitted},
+	{"pending", fieldPending},
+	{"inflight", fieldInFlight},
+	{"keys", fieldKeys},
+	{"oldest", fieldOldest},
+	{"claimed", fieldClaimed},
+	{"updated", fieldUpdated},
+}
+
+// fieldsLua is the line that declares F.
+var fieldsLua = luaTable("F", scriptFields)
+
+// luaTable returns a Lua line declaring name as a table of string
+// constants. Values are quoted as Go quotes them, which Lua reads back the
+// same for the plain ASCII names used here.
+func luaTable(name string, entries [][2]string) string {
+	var b strings.Builder
+	b.WriteString("local " + name + " = {")
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(e[0] + " = " + strconv.Quote(e[1]))
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
 
 // claimCmd makes a node the owner of a partition under a new epoch.
 //
@@ -22,7 +68,7 @@ import "github.com/redis/go-redis/v9"
 // epoch a zombie still holds.
 //
 // Input:
-// KEYS[1] -> <prefix>:track:{<sub>:<topic>:<partition>}
+// KEYS[1] -> the partition's tracking HASH (keyspace.Partition)
 // --
 // ARGV[1] -> owner node id
 // ARGV[2] -> owner's Kafka group generation
@@ -31,10 +77,12 @@ import "github.com/redis/go-redis/v9"
 // Output:
 // {"ok", epoch, acked (encoded set, "" none), committed mirror, previous owner ("" none)}
 // {"fenced", stored generation, stored owner, ms since the last update}
-var claimCmd = redis.NewScript(`
+var claimCmd = redis.NewScript(fieldsLua + claimLua)
+
+const claimLua = `
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local h = redis.call("HMGET", KEYS[1], "epoch", "gen", "owner", "acked", "committed", "updated")
+local h = redis.call("HMGET", KEYS[1], F.epoch, F.gen, F.owner, F.acked, F.committed, F.updated)
 local epoch, gen, owner, acked, committed, updated = h[1], h[2], h[3], h[4], h[5], h[6]
 if gen and tonumber(gen) > tonumber(ARGV[2]) then
 	local age = now - (tonumber(updated) or 0)
@@ -46,20 +94,20 @@ local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local e = math.max((tonumber(epoch) or 0) + 1, nowus)
 local committedOut = committed or "-1"
 redis.call("HSET", KEYS[1],
-	"epoch", string.format("%d", e),
-	"gen", ARGV[2],
-	"owner", ARGV[1],
-	"committed", committedOut,
-	"claimed", string.format("%d", now),
-	"updated", string.format("%d", now))
+	F.epoch, string.format("%d", e),
+	F.gen, ARGV[2],
+	F.owner, ARGV[1],
+	F.committed, committedOut,
+	F.claimed, string.format("%d", now),
+	F.updated, string.format("%d", now))
 return {"ok", e, acked or "", committedOut, owner or ""}
-`)
+`
 
 // flushCmd writes the owner's in-memory state, all fields at once, iff the
 // caller still holds the current epoch. Nothing is written otherwise.
 //
 // Input:
-// KEYS[1] -> <prefix>:track:{<sub>:<topic>:<partition>}
+// KEYS[1] -> the partition's tracking HASH (keyspace.Partition)
 // --
 // ARGV[1] -> owner's epoch
 // ARGV[2] -> acked offsets at or above the watermark (offsets.Set encoding)
@@ -75,8 +123,10 @@ return {"ok", e, acked or "", committedOut, owner or ""}
 // {"ok"}
 // {"fenced", stored epoch}  another owner claimed the partition since
 // {"lost"}                  the key is gone (Redis lost its data)
-var flushCmd = redis.NewScript(`
-local epoch = redis.call("HGET", KEYS[1], "epoch")
+var flushCmd = redis.NewScript(fieldsLua + flushLua)
+
+const flushLua = `
+local epoch = redis.call("HGET", KEYS[1], F.epoch)
 if not epoch then
 	return {"lost"}
 end
@@ -86,24 +136,24 @@ end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("HSET", KEYS[1],
-	"acked", ARGV[2],
-	"watermark", ARGV[3],
-	"fetched", ARGV[4],
-	"committed", ARGV[5],
-	"pending", ARGV[6],
-	"inflight", ARGV[7],
-	"oldest", ARGV[8],
-	"keys", ARGV[9],
-	"updated", string.format("%d", now))
+	F.acked, ARGV[2],
+	F.watermark, ARGV[3],
+	F.fetched, ARGV[4],
+	F.committed, ARGV[5],
+	F.pending, ARGV[6],
+	F.inflight, ARGV[7],
+	F.oldest, ARGV[8],
+	F.keys, ARGV[9],
+	F.updated, string.format("%d", now))
 return {"ok"}
-`)
+`
 
 // releaseCmd clears the owner of a partition after a graceful handover,
 // iff the caller still holds the current epoch. The epoch stays, so the
 // next claim still moves it forward.
 //
 // Input:
-// KEYS[1] -> <prefix>:track:{<sub>:<topic>:<partition>}
+// KEYS[1] -> the partition's tracking HASH (keyspace.Partition)
 // --
 // ARGV[1] -> owner's epoch
 //
@@ -111,8 +161,10 @@ return {"ok"}
 // {"ok"}
 // {"fenced", stored epoch}
 // {"lost"}
-var releaseCmd = redis.NewScript(`
-local epoch = redis.call("HGET", KEYS[1], "epoch")
+var releaseCmd = redis.NewScript(fieldsLua + releaseLua)
+
+const releaseLua = `
+local epoch = redis.call("HGET", KEYS[1], F.epoch)
 if not epoch then
 	return {"lost"}
 end
@@ -121,6 +173,6 @@ if epoch ~= ARGV[1] then
 end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call("HSET", KEYS[1], "owner", "", "updated", string.format("%d", now))
+redis.call("HSET", KEYS[1], F.owner, "", F.updated, string.format("%d", now))
 return {"ok"}
-`)
+`

@@ -65,7 +65,7 @@ func (s *Store) Load(ctx context.Context, pks []PartitionKey) (map[PartitionKey]
 	cmds := make([]*redis.MapStringStringCmd, len(pks))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, pk := range pks {
-			cmds[i] = p.HGetAll(ctx, partitionKey(s.prefix, pk))
+			cmds[i] = p.HGetAll(ctx, s.key(pk))
 		}
 		return nil
 	})

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/keyhook/keyhook/tracking/offsets"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,7 +27,7 @@ var ErrStateLost = errors.New("tracking: partition state missing")
 // Defaults applied to the zero fields of a Config.
 const (
 	// DefaultPrefix starts every key when Config.Prefix is empty.
-	DefaultPrefix = "keyhook"
+	DefaultPrefix = keyspace.DefaultPrefix
 	// DefaultStaleClaim is used when Config.StaleClaim is zero.
 	DefaultStaleClaim = 2 * time.Minute
 )
@@ -51,8 +51,8 @@ type Config struct {
 // Validate reports the first invalid field of c. Zero fields are valid:
 // they mean the default.
 func (c Config) Validate() error {
-	if strings.ContainsAny(c.Prefix, "{}") {
-		return fmt.Errorf("tracking: config: Prefix %q must not contain '{' or '}'", c.Prefix)
+	if err := (keyspace.Keyspace{Prefix: c.Prefix}).Validate(); err != nil {
+		return fmt.Errorf("tracking: config: Prefix: %w", err)
 	}
 	if c.StaleClaim < 0 || (c.StaleClaim > 0 && c.StaleClaim < time.Millisecond) {
 		return fmt.Errorf("tracking: config: StaleClaim %v must be 0 (default %v) or at least 1ms", c.StaleClaim, DefaultStaleClaim)
@@ -75,7 +75,7 @@ func (c Config) withDefaults() Config {
 // configuration, so a partition's state is only ever what Redis says.
 type Store struct {
 	rdb     redis.UniversalClient
-	prefix  string
+	keys    keyspace.Keyspace
 	staleMS int64
 }
 
@@ -90,7 +90,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Store{rdb: rdb, prefix: cfg.Prefix, staleMS: cfg.StaleClaim.Milliseconds()}, nil
+	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, staleMS: cfg.StaleClaim.Milliseconds()}, nil
 }
 
 // PartitionKey names one partition of one subscription's topic. The
@@ -138,7 +138,7 @@ func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, genera
 	if owner == "" {
 		return Claim{}, fmt.Errorf("tracking: claim %s: empty owner", pk)
 	}
-	res, err := claimCmd.Run(ctx, s.rdb, []string{partitionKey(s.prefix, pk)}, owner, generation, s.staleMS).Slice()
+	res, err := claimCmd.Run(ctx, s.rdb, []string{s.key(pk)}, owner, generation, s.staleMS).Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
 	}
@@ -212,7 +212,7 @@ func (s *Store) Flush(ctx context.Context, pk PartitionKey, f Flush) error {
 	if !f.Oldest.IsZero() {
 		oldest = f.Oldest.UnixMilli()
 	}
-	res, err := flushCmd.Run(ctx, s.rdb, []string{partitionKey(s.prefix, pk)},
+	res, err := flushCmd.Run(ctx, s.rdb, []string{s.key(pk)},
 		f.Epoch, acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys).Slice()
 	if err != nil {
 		return fmt.Errorf("tracking: flush %s: %w", pk, err)
@@ -228,7 +228,7 @@ func (s *Store) Release(ctx context.Context, pk PartitionKey, epoch int64) error
 	if err := pk.validate(); err != nil {
 		return fmt.Errorf("tracking: release: %w", err)
 	}
-	res, err := releaseCmd.Run(ctx, s.rdb, []string{partitionKey(s.prefix, pk)}, epoch).Slice()
+	res, err := releaseCmd.Run(ctx, s.rdb, []string{s.key(pk)}, epoch).Slice()
 	if err != nil {
 		return fmt.Errorf("tracking: release %s: %w", pk, err)
 	}
@@ -273,7 +273,7 @@ func (s *Store) DeleteSubscription(ctx context.Context, subscriptionID string) e
 	if err := validSubscription(subscriptionID); err != nil {
 		return fmt.Errorf("tracking: delete subscription: %w", err)
 	}
-	pattern := subscriptionPattern(s.prefix, subscriptionID)
+	pattern := s.keys.PartitionPattern(subscriptionID)
 	var err error
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
@@ -305,7 +305,7 @@ func (s *Store) deleteMatching(ctx context.Context, c redis.Cmdable, pattern, su
 		for _, k := range keys {
 			// The pattern also matches ids that extend this one across a
 			// colon ("a" matches "a:b"); keep only exact owners.
-			if pk, ok := parsePartitionKey(s.prefix, k); ok && pk.Subscription == subscription {
+			if pk, ok := s.parseKey(k); ok && pk.Subscription == subscription {
 				mine = append(mine, k)
 			}
 		}

@@ -34,7 +34,7 @@ func newStore(t *testing.T, cfg Config) (*Store, *redis.Client, *testutil.Redis)
 // stored returns pk's tracking HASH exactly as Redis holds it.
 func stored(t *testing.T, s *Store, rdb *redis.Client, pk PartitionKey) map[string]string {
 	t.Helper()
-	h, err := rdb.HGetAll(context.Background(), partitionKey(s.prefix, pk)).Result()
+	h, err := rdb.HGetAll(context.Background(), s.key(pk)).Result()
 	if err != nil {
 		t.Fatalf("HGETALL %s: %v", pk, err)
 	}
@@ -223,7 +223,7 @@ func TestClaimFromAnOlderGenerationWaitsUntilTheStateIsStale(t *testing.T) {
 			held := mustClaim(t, s, pkA, "node-a", 7)
 			// Age the state on the server's own clock rather than sleeping.
 			updated := serverNow(t, rdb).Add(-tt.updatedAgo).UnixMilli()
-			if err := rdb.HSet(ctx, partitionKey(s.prefix, pkA), fieldUpdated, updated).Err(); err != nil {
+			if err := rdb.HSet(ctx, s.key(pkA), fieldUpdated, updated).Err(); err != nil {
 				t.Fatalf("age state: %v", err)
 			}
 			before := stored(t, s, rdb, pkA)
@@ -255,7 +255,7 @@ func TestClaimFromAnOlderGenerationWaitsUntilTheStateIsStale(t *testing.T) {
 func TestFlushAfterRedisLostItsDataReportsStateLost(t *testing.T) {
 	ctx := context.Background()
 	s, rdb, srv := newStore(t, Config{})
-	key := partitionKey(s.prefix, pkA)
+	key := s.key(pkA)
 	old := mustClaim(t, s, pkA, "node-a", 1)
 	if err := s.Flush(ctx, pkA, Flush{Epoch: old.Epoch, Watermark: 10, Committed: 9}); err != nil {
 		t.Fatalf("Flush: %v", err)
@@ -446,7 +446,7 @@ func TestDeleteSubscriptionRemovesOnlyItsKeys(t *testing.T) {
 	for p := range int32(1500) {
 		pk := PartitionKey{Subscription: "a", Topic: "orders", Partition: p}
 		mine = append(mine, pk)
-		pipe.HSet(ctx, partitionKey(s.prefix, pk), fieldEpoch, 1)
+		pipe.HSet(ctx, s.key(pk), fieldEpoch, 1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatalf("seed: %v", err)
@@ -473,7 +473,7 @@ func TestDeleteSubscriptionRemovesOnlyItsKeys(t *testing.T) {
 	}
 	want := []string{"unrelated"}
 	for _, pk := range others {
-		want = append(want, partitionKey(s.prefix, pk))
+		want = append(want, s.key(pk))
 	}
 	if diff := cmp.Diff(want, keys, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("keys left (-want +got):\n%s", diff)
@@ -517,7 +517,7 @@ func TestLoadRejectsCorruptState(t *testing.T) {
 	ctx := context.Background()
 	s, rdb, _ := newStore(t, Config{})
 	mustClaim(t, s, pkA, "node-a", 1)
-	if err := rdb.HSet(ctx, partitionKey(s.prefix, pkA), fieldAcked, "\x05\x01").Err(); err != nil {
+	if err := rdb.HSet(ctx, s.key(pkA), fieldAcked, "\x05\x01").Err(); err != nil {
 		t.Fatalf("corrupt: %v", err)
 	}
 	if _, err := s.Load(ctx, []PartitionKey{pkA}); err == nil || !strings.Contains(err.Error(), pkA.String()) {

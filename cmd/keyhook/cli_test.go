@@ -74,12 +74,15 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	t.Helper()
 	srv := testutil.StartRedis(t)
 	rdb := srv.Client()
-	tokens := auth.NewStore(rdb, "")
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	token, _, err := tokens.Create(context.Background(), "cli", []auth.Scope{auth.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := nodes.NewRegistry(rdb, nodes.Config{})
+	reg, err := nodes.New(rdb, nodes.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +92,12 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	tester, _ := api.NewWebhookTester(client)
 	admin := &cliAdmin{}
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := api.NewRouter(api.Dependencies{
-		Store: subscription.NewStore(rdb, ""), URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
+		Store: subs, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
 		Seeker: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
 	}, api.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -88,6 +88,21 @@ var (
 	}
 )
 
+// addRedisFlags declares the Redis connection flags, named by redisFlags,
+// on fs for every command that talks to Redis (serve, dev, token). rc gets
+// their values as fs parses them, except Addrs, which the returned
+// function fills once parsing (and the environment) is done.
+func addRedisFlags(fs *flag.FlagSet, rc *connect.RedisConfig) (parsed func()) {
+	fs.StringVar(&rc.URL, redisFlags["URL"], "", "Redis URL, redis://[user:password@]host:port/db (rediss:// for TLS)")
+	fs.StringVar(&rc.TLSCAFile, redisFlags["TLSCAFile"], "", "PEM file of the CAs that sign Redis's certificate (needs a rediss:// URL)")
+	fs.StringVar(&rc.TLSCertFile, redisFlags["TLSCertFile"], "", "PEM client certificate for Redis, with --redis-tls-key-file")
+	fs.StringVar(&rc.TLSKeyFile, redisFlags["TLSKeyFile"], "", "PEM key of --redis-tls-cert-file")
+	fs.StringVar(&rc.SentinelMaster, redisFlags["SentinelMaster"], "", "name of the primary the Redis Sentinels watch; --redis-addrs (or the URL's host) are the Sentinels")
+	fs.BoolVar(&rc.Cluster, redisFlags["Cluster"], false, "Redis is a Redis Cluster; --redis-addrs (or the URL's host) are seed nodes")
+	addrs := fs.String(redisFlags["Addrs"], "", "comma-separated host:port of the Sentinels or cluster seed nodes; replaces the URL's host")
+	return func() { rc.Addrs = splitList(*addrs) }
+}
+
 // flagDef binds one flag to its environment twin.
 type flagDef struct {
 	name, env, usage string
@@ -104,7 +119,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("keyhook "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	brokers := fs.String("kafka-brokers", "", "comma-separated Kafka seed brokers (host:port)")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL, redis://[user:password@]host:port/db (rediss:// for TLS)")
+	redisParsed := addRedisFlags(fs, &c.Redis)
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address the REST API listens on")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in tracking state and status (default hostname-pid)")
 	fs.BoolVar(&c.AllowPrivateEndpoints, "allow-private-endpoints", false, "allow endpoints on loopback, private and link-local addresses")
@@ -132,12 +147,6 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.Kafka.SASLUsername, "kafka-sasl-username", "", "SASL user")
 	fs.StringVar(&c.Kafka.SASLPassword, "kafka-sasl-password", "", "SASL password; prefer KEYHOOK_KAFKA_SASL_PASSWORD or --kafka-sasl-password-file, which stay out of the process list")
 	fs.StringVar(&c.Kafka.SASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password, re-read at every connection (a mounted Secret)")
-	fs.StringVar(&c.Redis.TLSCAFile, "redis-tls-ca-file", "", "PEM file of the CAs that sign Redis's certificate (needs a rediss:// URL)")
-	fs.StringVar(&c.Redis.TLSCertFile, "redis-tls-cert-file", "", "PEM client certificate for Redis, with --redis-tls-key-file")
-	fs.StringVar(&c.Redis.TLSKeyFile, "redis-tls-key-file", "", "PEM key of --redis-tls-cert-file")
-	fs.StringVar(&c.Redis.SentinelMaster, "redis-sentinel-master", "", "name of the primary the Redis Sentinels watch; --redis-addrs (or the URL's host) are the Sentinels")
-	fs.BoolVar(&c.Redis.Cluster, "redis-cluster", false, "Redis is a Redis Cluster; --redis-addrs (or the URL's host) are seed nodes")
-	redisAddrs := fs.String("redis-addrs", "", "comma-separated host:port of the Sentinels or cluster seed nodes; replaces the URL's host")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -161,8 +170,8 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		return c, envErr
 	}
 	c.KafkaBrokers = splitList(*brokers)
-	c.Redis.URL = c.RedisURL
-	c.Redis.Addrs = splitList(*redisAddrs)
+	redisParsed()
+	c.RedisURL = c.Redis.URL
 	c.getenv, c.console = getenv, stderr
 	if c.NodeID == "" {
 		host, _ := os.Hostname()

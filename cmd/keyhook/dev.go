@@ -94,7 +94,11 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if err := sub.EnsureSigningSecret(time.Now()); err != nil {
 		return fmt.Errorf("keyhook dev: %w", err)
 	}
-	if err := subscription.NewStore(rdb, "").Create(ctx, sub); err != nil {
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		return fmt.Errorf("keyhook dev: %w", err)
+	}
+	if err := subs.Create(ctx, sub); err != nil {
 		return fmt.Errorf("keyhook dev: create demo subscription: %w", err)
 	}
 	g.Go(func() error { return demo.Produce(ctx, producer, devTopic, 8, 50) })

@@ -63,9 +63,15 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 	if err != nil {
 		return err
 	}
-	subs := subscription.NewStore(rdb, "")
+	subs, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		return err
+	}
 	policy := webhooks.AddressPolicy{AllowPrivate: c.AllowPrivateEndpoints}
-	tokens := auth.NewStore(rdb, "")
+	tokens, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		return err
+	}
 	if c.BootstrapToken != "" {
 		created, err := tokens.Ensure(ctx, "bootstrap", c.BootstrapToken, []auth.Scope{auth.ScopeAdmin})
 		if err != nil {
@@ -73,7 +79,7 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 		}
 		log.Info("bootstrap token ensured", "name", "bootstrap", "created", created)
 	}
-	registry, err := nodes.NewRegistry(rdb, nodes.Config{Logger: log})
+	registry, err := nodes.New(rdb, nodes.Config{Logger: log})
 	if err != nil {
 		return err
 	}

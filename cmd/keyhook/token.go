@@ -39,7 +39,8 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	cmd := "token " + verb
 	fs := flag.NewFlagSet("keyhook "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	rf := addRedisFlags(fs)
+	var rc connect.RedisConfig
+	redisParsed := addRedisFlags(fs, &rc)
 	output := fs.String("o", "table", "output: table or json")
 	var name, scopes string
 	switch verb {
@@ -68,7 +69,7 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if len(pos) != wantArgs {
 		return fmt.Errorf("keyhook %s: want %d arguments, got %d", cmd, wantArgs, len(pos))
 	}
-	rc := rf.config()
+	redisParsed()
 	if rc.URL == "" {
 		return flagError(cmd, "redis-url", "is required")
 	}
@@ -77,7 +78,10 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return connectError(cmd, err, redisFlags)
 	}
 	defer rdb.Close()
-	store := auth.NewStore(rdb, "")
+	store, err := auth.New(rdb, auth.Config{})
+	if err != nil {
+		return fmt.Errorf("keyhook %s: %w", cmd, err)
+	}
 
 	switch verb {
 	case "create":
@@ -139,30 +143,6 @@ func writeJSONTo(w io.Writer, v any) error {
 		return err
 	}
 	return printJSON(w, data)
-}
-
-// redisConnFlags holds the Redis connection flags of the token command,
-// named as keyhook serve names them.
-type redisConnFlags struct {
-	url, ca, cert, key, master, addrs string
-	cluster                           bool
-}
-
-func addRedisFlags(fs *flag.FlagSet) *redisConnFlags {
-	f := &redisConnFlags{}
-	fs.StringVar(&f.url, "redis-url", "", "Redis URL, redis://[user:password@]host:port/db (rediss:// for TLS)")
-	fs.StringVar(&f.ca, "redis-tls-ca-file", "", "PEM file of the CAs that sign Redis's certificate")
-	fs.StringVar(&f.cert, "redis-tls-cert-file", "", "PEM client certificate for Redis")
-	fs.StringVar(&f.key, "redis-tls-key-file", "", "PEM key of --redis-tls-cert-file")
-	fs.StringVar(&f.master, "redis-sentinel-master", "", "name of the primary the Redis Sentinels watch")
-	fs.BoolVar(&f.cluster, "redis-cluster", false, "Redis is a Redis Cluster")
-	fs.StringVar(&f.addrs, "redis-addrs", "", "comma-separated Sentinels or cluster seed nodes")
-	return f
-}
-
-func (f *redisConnFlags) config() connect.RedisConfig {
-	return connect.RedisConfig{URL: f.url, TLSCAFile: f.ca, TLSCertFile: f.cert, TLSKeyFile: f.key,
-		SentinelMaster: f.master, Cluster: f.cluster, Addrs: splitList(f.addrs)}
 }
 
 // applyEnv fills every flag not given on the command line from its

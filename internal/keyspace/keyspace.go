@@ -1,0 +1,200 @@
+package keyspace
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// DefaultPrefix starts every key when Keyspace.Prefix is empty.
+const DefaultPrefix = "keyhook"
+
+// Keyspace builds the names of keyhook's Redis keys and channels. The
+// zero value is the default keyspace. Every key starts with the prefix, so
+// several keyhook installations can share one Redis.
+type Keyspace struct {
+	// Prefix starts every key and channel. It must not contain '{' or
+	// '}', which would move the hash tags below. Default "keyhook".
+	Prefix string
+}
+
+// ErrInvalidPrefix is wrapped by Validate's error.
+var ErrInvalidPrefix = errors.New("keyspace: invalid prefix")
+
+// Validate reports whether the prefix keeps the key layout intact.
+func (k Keyspace) Validate() error {
+	if strings.ContainsAny(k.Prefix, "{}") {
+		return fmt.Errorf("%w: %q must not contain '{' or '}'", ErrInvalidPrefix, k.Prefix)
+	}
+	return nil
+}
+
+func (k Keyspace) prefix() string {
+	if k.Prefix == "" {
+		return DefaultPrefix
+	}
+	return k.Prefix
+}
+
+// Partition tracking (package tracking).
+
+// Partition is the HASH holding one partition's tracking state (its fields
+// are tracking's):
+//
+//	<prefix>:track:{<subscription>:<topic>:<partition>}
+//
+// The tag is the partition itself: every script touches one partition's
+// key only, and partitions spread over the cluster. The caller keeps
+// braces out of subscription and topic, and colons out of topic, so that
+// ParsePartition can invert the name.
+func (k Keyspace) Partition(subscription, topic string, partition int32) string {
+	return k.prefix() + ":track:{" + subscription + ":" + topic + ":" +
+		strconv.FormatInt(int64(partition), 10) + "}"
+}
+
+// PartitionPattern is the SCAN MATCH pattern of the Partition keys of one
+// subscription, with glob characters in the prefix and id escaped. It
+// also matches subscriptions whose id extends this one across a colon
+// ("a" matches "a:b"), so callers check each key with ParsePartition.
+func (k Keyspace) PartitionPattern(subscription string) string {
+	return GlobEscape(k.prefix()+":track:{"+subscription+":") + "*"
+}
+
+// ParsePartition inverts Partition. Topics and partitions never contain a
+// colon, so the subscription is everything before the last two. ok is
+// false for any key Partition would not build exactly.
+func (k Keyspace) ParsePartition(key string) (subscription, topic string, partition int32, ok bool) {
+	inner, ok := strings.CutPrefix(key, k.prefix()+":track:{")
+	if !ok {
+		return "", "", 0, false
+	}
+	inner, ok = strings.CutSuffix(inner, "}")
+	if !ok {
+		return "", "", 0, false
+	}
+	rest, part, ok := cutLast(inner, ":")
+	if !ok {
+		return "", "", 0, false
+	}
+	sub, topic, ok := cutLast(rest, ":")
+	if !ok {
+		return "", "", 0, false
+	}
+	p, err := strconv.ParseInt(part, 10, 32)
+	if err != nil || k.Partition(sub, topic, int32(p)) != key {
+		return "", "", 0, false
+	}
+	return sub, topic, int32(p), true
+}
+
+// Subscriptions (package subscription).
+
+// Subscriptions is the HASH from subscription id to the subscription's
+// JSON:
+//
+//	<prefix>:subscriptions
+//
+// The whole set is one key, so every change to it is a single-key
+// operation. It has no braces: its tag is its whole name, which the
+// idempotency records name as their tag to share its slot.
+func (k Keyspace) Subscriptions() string {
+	return k.prefix() + ":subscriptions"
+}
+
+// SubscriptionsChanged is the Pub/Sub channel carrying the id of every
+// subscription created, changed or deleted:
+//
+//	<prefix>:subscriptions:changed
+//
+// A channel is not a key and has no slot; PUBLISH reaches every
+// subscriber on a cluster.
+func (k Keyspace) SubscriptionsChanged() string {
+	return k.Subscriptions() + ":changed"
+}
+
+// Idempotency is the STRING recording a create made with an
+// Idempotency-Key, for 24 hours (its TTL is the subscription store's):
+//
+//	{<prefix>:subscriptions}:idempotency:<sha256(caller)>:<sha256(key)>
+//
+// The tag is the Subscriptions key's name, so the script that stores a
+// subscription and its record touches one slot. caller scopes the key:
+// the same client key from two callers names two records. Both are
+// hashed: they are client text, of any bytes, and must not shape the key
+// space. (Before keys were scoped, the record was
+// "{<prefix>:subscriptions}:idempotency:<sha256(key)>"; such records are
+// no longer read and expire within a day.)
+func (k Keyspace) Idempotency(caller, key string) string {
+	return "{" + k.Subscriptions() + "}:idempotency:" + hash(caller) + ":" + hash(key)
+}
+
+// API tokens (package auth).
+
+// Tokens is the HASH from a token's hash to its record's JSON:
+//
+//	<prefix>:{tokens}
+//
+// The token keys share the {tokens} tag: the scripts that create, rotate
+// and revoke a token change all three at once.
+func (k Keyspace) Tokens() string {
+	return k.prefix() + ":{tokens}"
+}
+
+// TokenNames is the HASH from a token's name to its hash; names are
+// unique:
+//
+//	<prefix>:{tokens}:names
+func (k Keyspace) TokenNames() string {
+	return k.Tokens() + ":names"
+}
+
+// TokenLastUsed is the HASH from a token's hash to the unix milliseconds
+// of its last recorded use, apart from Tokens so that recording a use
+// never rewrites a token:
+//
+//	<prefix>:{tokens}:last_used
+func (k Keyspace) TokenLastUsed() string {
+	return k.Tokens() + ":last_used"
+}
+
+// Node registry (package nodes).
+
+// Nodes is the HASH from node id to the node's last heartbeat (JSON):
+//
+//	<prefix>:nodes
+//
+// No tag: scripts touch this key alone.
+func (k Keyspace) Nodes() string {
+	return k.prefix() + ":nodes"
+}
+
+// GlobEscape escapes the characters SCAN MATCH treats as a glob, so that
+// s matches only itself.
+func GlobEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// hash is the hex SHA-256 of s.
+func hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
+}

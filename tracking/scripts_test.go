@@ -1,0 +1,66 @@
+package tracking
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestScriptsNameFieldsOnlyThroughTheGoConstants fails when a script
+// spells a field name as a literal instead of reading it from F, which
+// is built from the constants decodeState reads.
+func TestScriptsNameFieldsOnlyThroughTheGoConstants(t *testing.T) {
+	for name, body := range map[string]string{"claim": claimLua, "flush": flushLua, "release": releaseLua} {
+		for _, f := range scriptFields {
+			for _, lit := range []string{strconv.Quote(f[1]), "'" + f[1] + "'"} {
+				if strings.Contains(body, lit) {
+					t.Errorf("%s script spells the field %s as %s; want F.%s", name, f[1], lit, f[0])
+				}
+			}
+		}
+	}
+	if !strings.HasPrefix(fieldsLua, `local F = {epoch = "`+fieldEpoch+`", `) || !strings.HasSuffix(fieldsLua, "}\n") {
+		t.Errorf("fieldsLua = %q; want one line declaring F from the field constants", fieldsLua)
+	}
+}
+
+// TestScriptsWriteExactlyTheFieldsTheDecoderReads runs the scripts on a
+// real Redis and checks that the HASH they leave holds the decoder's
+// fields and no other.
+func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
+	ctx := context.Background()
+	s, rdb, _ := newStore(t, Config{})
+	c := mustClaim(t, s, pkA, "node-a", 1)
+	if err := s.Flush(ctx, pkA, Flush{Epoch: c.Epoch, Acked: setOf(), Watermark: 1, Fetched: 2,
+		Committed: 0, Pending: 1, InFlight: 1, Keys: 1, Oldest: time.UnixMilli(5)}); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if err := s.Release(ctx, pkA, c.Epoch); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	var want []string
+	for _, f := range scriptFields {
+		want = append(want, f[1])
+	}
+	got, err := rdb.HKeys(ctx, s.key(pkA)).Result()
+	if err != nil {
+		t.Fatalf("HKEYS: %v", err)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("fields written (-decoder's +scripts'):\n%s", diff)
+	}
+	st, err := s.Load(ctx, []PartitionKey{pkA})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if p := st[pkA]; p.Epoch != c.Epoch || p.Watermark != 1 || p.Fetched != 2 || p.Keys != 1 || p.Generation != 1 || p.Owner != "" {
+		t.Errorf("Load = %+v; want what the scripts wrote", p)
+	}
+}

@@ -21,7 +21,7 @@
 // To run them alone:
 //
 //	export "$(KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh start | tail -n 1)"
-//	go test -race -count=1 -run TestFault -v ./faults/
+//	go test -race -count=1 -run TestFault -v ./test/faults/
 //	KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh stop
 //
 // Node logs are kept (their folder is printed) when a scenario fails, or

@@ -11,7 +11,7 @@
 // are skipped without it, except under CI=true where they fail. Each builds
 // a cluster (harness_test.go) — keyhook nodes, Redis, a sink, a subscription
 // on a 12-partition topic of its own — injects its fault, and ends with the
-// verifier (verify_test.go), which checks that nothing was lost, per-key
+// verifier (package internal/verify, shared with test/conformance), which checks that nothing was lost, per-key
 // order held, the commit never moved backwards nor passed an offset that was
 // not acked, dead-lettered or a gap, the final commit reached every log end,
 // and duplicates stayed within the scenario's bound. Each prints one line:

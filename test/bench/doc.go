@@ -23,9 +23,10 @@
 //
 //   - baseline: a plain franz-go group consumer posting one record at a
 //     time per partition, committing as it goes;
-//   - keyhook: an in-process dispatcher.Node with the real tracking.Store on
-//     the real redis-server and the real webhooks.Client, with ordering
-//     key, partition and none;
+//   - keyhook: an in-process node built by app.Build, as keyhook serve
+//     --roles dispatcher builds it (the real tracking store on the real
+//     redis-server, the real webhooks.Client), with ordering key,
+//     partition and none;
 //   - ceiling A: the same webhooks.Client posting the same requests with the
 //     same concurrency, without Kafka or Redis;
 //   - ceiling B: consuming the same records without HTTP.

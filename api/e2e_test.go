@@ -7,27 +7,22 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keyhook/keyhook/api"
+	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
-	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
-	"github.com/keyhook/keyhook/tracking"
-	"github.com/keyhook/keyhook/webhooks"
 )
 
-// stack is a whole node (dispatcher, admin, API) on kfake and a real
-// Redis, delivering to a real endpoint.
+// stack is a whole node, wired as keyhook serve wires it, on kfake and a
+// real Redis, delivering to a real endpoint.
 type stack struct {
 	url, token string
 	node       *dispatcher.Node
@@ -41,74 +36,32 @@ func startStack(t *testing.T) *stack {
 	const topic = "orders"
 	brokers := testutil.Kfake(t, 2, topic)
 	rdb := testutil.StartRedis(t).Client()
-	log := slog.New(slog.DiscardHandler)
-	store, err := subscription.New(rdb, subscription.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracker, err := tracking.New(rdb, tracking.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := dispatcher.New(dispatcher.Config{NodeID: "node-a", Brokers: brokers, FlushInterval: 5 * time.Millisecond,
-		CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second, SessionTimeout: 6 * time.Second,
-		ResyncInterval: 100 * time.Millisecond, Logger: log}, store, sender, tracker)
+	token := auth.Generate()
+	a, err := app.Build(context.Background(), app.Config{
+		NodeID: "node-a", Brokers: brokers, HTTPAddr: "127.0.0.1:0", BootstrapToken: token,
+		AllowPrivateEndpoints: true, RequestTimeout: 5 * time.Second,
+		FlushInterval: 5 * time.Millisecond, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
+		SessionTimeout: 6 * time.Second, ResyncInterval: 100 * time.Millisecond, AdminStopTimeout: 20 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	}, app.Deps{Redis: rdb})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- node.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("node: %v", err)
 		}
 	})
-
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
-	admin, err := dispatcher.NewAdmin(opts, store, tracker, sender, dispatcher.AdminConfig{StopTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	admClient, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admClient.Close)
-	tokens, err := auth.New(rdb, auth.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, _, err := tokens.Create(ctx, "e2e", []auth.Scope{auth.ScopeAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := nodes.New(rdb, nodes.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tester, _ := api.NewWebhookTester(sender)
-	h, err := api.NewRouter(api.Dependencies{
-		Store: store, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: dispatcher.NewStatusReader(kadm.NewClient(admClient), tracker),
-		Seeker: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
-	}, api.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(producer.Close)
-	return &stack{url: srv.URL, token: token, node: node, sink: testutil.StartSink(t), producer: producer, topic: topic}
+	return &stack{url: "http://" + a.APIAddr(), token: token, node: a.Node(), sink: testutil.StartSink(t), producer: producer, topic: topic}
 }
 
 func (s *stack) call(t *testing.T, method, path, body string) []byte {

@@ -89,14 +89,14 @@ else
 	# restarts processes against timing-sensitive session timeouts, and on a
 	# 2-core machine other packages' tests running beside it could stall the
 	# broker and turn a clean handover into a fenced one.
-	mapfile -t pkgs < <(go list ./... | grep -v '/faults$')
+	mapfile -t pkgs < <(go list ./... | grep -v '/test/faults$')
 	step "go test -race -count=1 -timeout 30m (every package but faults) $*"
 	go test -race -count=1 -timeout 30m "${pkgs[@]}" "$@" || rc=$?
 	step_done
-	step "go test -race -count=1 -timeout 45m -v ./faults/ $* (the fault suite, alone)"
+	step "go test -race -count=1 -timeout 45m -v ./test/faults/ $* (the fault suite, alone)"
 	faults_log=$(mktemp "${TMPDIR:-/tmp}/keyhook-faults.XXXXXX.log")
 	rc2=0
-	go test -race -count=1 -timeout 45m -v ./faults/ "$@" >"$faults_log" 2>&1 || rc2=$?
+	go test -race -count=1 -timeout 45m -v ./test/faults/ "$@" >"$faults_log" 2>&1 || rc2=$?
 	# Each scenario's figures, each test's verdict, and go test's summary.
 	grep -E '^(--- |PASS$|FAIL|ok |panic)|scenario=' "$faults_log" || true
 	if ((rc2 != 0)); then

@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/connect"
 )
 
@@ -55,11 +54,39 @@ type config struct {
 	getenv func(string) string
 	// console receives spans with --traces-exporter console.
 	console io.Writer
+}
 
-	// kafkaOpts are the client options built from Kafka by serve; runNode
-	// gives them to every Kafka client. dev leaves them empty: its
-	// embedded Kafka takes plain connections.
-	kafkaOpts []kgo.Opt
+// app maps the flags onto the node's configuration.
+func (c config) app(log *slog.Logger) app.Config {
+	var roles app.Role
+	api, dispatcher, _ := c.roles()
+	if api {
+		roles |= app.RoleAPI
+	}
+	if dispatcher {
+		roles |= app.RoleDispatcher
+	}
+	return app.Config{
+		NodeID:                c.NodeID,
+		Version:               version,
+		Brokers:               c.KafkaBrokers,
+		Roles:                 roles,
+		HTTPAddr:              c.HTTPAddr,
+		BootstrapToken:        c.BootstrapToken,
+		MetricsAuth:           c.MetricsAuth,
+		AllowPrivateEndpoints: c.AllowPrivateEndpoints,
+		RequestTimeout:        c.RequestTimeout,
+		EndpointConcurrency:   c.EndpointConcurrency,
+		FlushInterval:         c.FlushInterval,
+		CommitInterval:        c.CommitInterval,
+		DrainTimeout:          c.DrainTimeout,
+		SessionTimeout:        c.SessionTimeout,
+		MaxWindow:             c.MaxWindow,
+		TracesExporter:        c.TracesExporter,
+		Console:               c.console,
+		Getenv:                c.getenv,
+		Logger:                log,
+	}
 }
 
 // kafkaFlags and redisFlags name the flag of each connect field, so that a

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/demo"
@@ -62,28 +63,21 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	defer producer.Close()
 
 	if c.BootstrapToken == "" {
-		// The embedded Redis starts empty: runNode makes this the admin
+		// The embedded Redis starts empty: Build makes this the admin
 		// token of the run, and the banner prints it.
 		c.BootstrapToken = auth.Generate()
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	started := make(chan *dispatcher.Node, 1)
-	g.Go(func() error {
-		return runNode(ctx, c, rdb, log, func(apiAddr string, node *dispatcher.Node) {
-			fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topic %q, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n",
-				strings.Join(c.KafkaBrokers, ","), devTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey)
-			fmt.Fprintf(stdout, "  token    %s (admin)\n", c.BootstrapToken)
-			fmt.Fprintf(stdout, "  try      curl -s -H 'Authorization: Bearer %s' http://%s/v1/subscriptions | jq\n", c.BootstrapToken, apiAddr)
-			fmt.Fprintf(stdout, "           KEYHOOK_API_URL=http://%s KEYHOOK_TOKEN=%s keyhook subscriptions list\n\n", apiAddr, c.BootstrapToken)
-			started <- node
-		})
-	})
-	var node *dispatcher.Node
-	select {
-	case node = <-started:
-	case <-ctx.Done():
-		return g.Wait()
+	kh, err := buildNode(ctx, "dev", c, log, app.Deps{Redis: rdb})
+	if err != nil {
+		return err
 	}
+	apiAddr := kh.APIAddr()
+	fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topic %q, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n",
+		strings.Join(c.KafkaBrokers, ","), devTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey)
+	fmt.Fprintf(stdout, "  token    %s (admin)\n", c.BootstrapToken)
+	fmt.Fprintf(stdout, "  try      curl -s -H 'Authorization: Bearer %s' http://%s/v1/subscriptions | jq\n", c.BootstrapToken, apiAddr)
+	fmt.Fprintf(stdout, "           KEYHOOK_API_URL=http://%s KEYHOOK_TOKEN=%s keyhook subscriptions list\n\n", apiAddr, c.BootstrapToken)
+
 	sub := &subscription.Subscription{
 		Name:     "demo",
 		Topics:   []string{devTopic},
@@ -92,15 +86,15 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	sub.Normalize()
 	// Signed like every subscription the API creates.
 	if err := sub.EnsureSigningSecret(time.Now()); err != nil {
+		kh.Close()
 		return fmt.Errorf("keyhook dev: %w", err)
 	}
-	subs, err := subscription.New(rdb, subscription.Config{})
-	if err != nil {
-		return fmt.Errorf("keyhook dev: %w", err)
-	}
-	if err := subs.Create(ctx, sub); err != nil {
+	if err := kh.Subscriptions().Create(ctx, sub); err != nil {
+		kh.Close()
 		return fmt.Errorf("keyhook dev: create demo subscription: %w", err)
 	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return kh.Run(ctx) })
 	g.Go(func() error { return demo.Produce(ctx, producer, devTopic, 8, 50) })
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
@@ -111,7 +105,7 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 				fmt.Fprintln(stdout, "\nshutting down: draining in-flight deliveries and committing")
 				return nil
 			case <-t.C:
-				fmt.Fprintln(stdout, summary(node.Stats(), endpoint))
+				fmt.Fprintln(stdout, summary(kh.Node().Stats(), endpoint))
 			}
 		}
 	})

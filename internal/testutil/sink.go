@@ -1,6 +1,9 @@
 package testutil
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +28,9 @@ type Delivery struct {
 	End       time.Time
 	Body      []byte
 	Header    http.Header
+	// Batch is the webhook-id of the batch request the record came in,
+	// empty for a request of its own.
+	Batch string
 }
 
 // TP names a partition.
@@ -62,14 +68,26 @@ func StartSink(t testing.TB) *Sink {
 
 func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	p, _ := strconv.ParseInt(r.Header.Get("Keyhook-Partition"), 10, 32)
-	off, _ := strconv.ParseInt(r.Header.Get("Keyhook-Offset"), 10, 64)
-	attempt, _ := strconv.Atoi(r.Header.Get("Keyhook-Attempt"))
-	d := &Delivery{
-		Topic: r.Header.Get("Keyhook-Topic"), Partition: int32(p), Offset: off,
-		Key: r.Header.Get("Keyhook-Key"), ID: r.Header.Get("Webhook-Id"), Attempt: attempt,
-		Start: time.Now(), Body: body, Header: r.Header.Clone(),
+	start := time.Now()
+	var ds []*Delivery
+	if r.Header.Get("Keyhook-Offset") == "" && bytes.HasPrefix(body, []byte(`{"deliveries"`)) {
+		ds = batchDeliveries(r, body, start)
+	} else {
+		p, _ := strconv.ParseInt(r.Header.Get("Keyhook-Partition"), 10, 32)
+		off, _ := strconv.ParseInt(r.Header.Get("Keyhook-Offset"), 10, 64)
+		attempt, _ := strconv.Atoi(r.Header.Get("Keyhook-Attempt"))
+		ds = []*Delivery{{
+			Topic: r.Header.Get("Keyhook-Topic"), Partition: int32(p), Offset: off,
+			Key: r.Header.Get("Keyhook-Key"), ID: r.Header.Get("Webhook-Id"), Attempt: attempt,
+			Start: start, Body: body, Header: r.Header.Clone(),
+		}}
 	}
+	if len(ds) == 0 {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	// A batch is answered as a whole, by what its first record asks for.
+	d := ds[0]
 	s.mu.Lock()
 	s.inFlight++
 	s.mu.Unlock()
@@ -81,25 +99,73 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	d.Status = http.StatusOK
+	status := http.StatusOK
 	if s.Status != nil {
-		d.Status = s.Status(d)
+		status = s.Status(d)
 	}
-	d.End = time.Now()
+	end := time.Now()
 	s.mu.Lock()
 	s.inFlight--
 	if r.Context().Err() == nil {
-		s.deliveries = append(s.deliveries, *d)
-		if d.Status >= 200 && d.Status < 300 {
-			tp := TP{d.Topic, d.Partition}
-			if s.acked[tp] == nil {
-				s.acked[tp] = make(map[int64]int)
+		for _, d := range ds {
+			d.Status, d.End = status, end
+			s.deliveries = append(s.deliveries, *d)
+			if d.Status >= 200 && d.Status < 300 {
+				tp := TP{d.Topic, d.Partition}
+				if s.acked[tp] == nil {
+					s.acked[tp] = make(map[int64]int)
+				}
+				s.acked[tp][d.Offset]++
 			}
-			s.acked[tp][d.Offset]++
 		}
 	}
 	s.mu.Unlock()
-	w.WriteHeader(d.Status)
+	w.WriteHeader(status)
+}
+
+// batchDeliveries reads a batch request (webhooks.Batch) as one delivery
+// per record, in the batch's order, with the body each record's own
+// request would have had.
+func batchDeliveries(r *http.Request, body []byte, start time.Time) []*Delivery {
+	var b struct {
+		Deliveries []struct {
+			ID          string            `json:"id"`
+			Key         *string           `json:"key"`
+			Value       json.RawMessage   `json:"value"`
+			ValueBase64 string            `json:"value_base64"`
+			Attributes  map[string]string `json:"attributes"`
+		} `json:"deliveries"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		return nil
+	}
+	attempt, _ := strconv.Atoi(r.Header.Get("Keyhook-Attempt"))
+	batch := r.Header.Get("Webhook-Id")
+	out := make([]*Delivery, 0, len(b.Deliveries))
+	for _, e := range b.Deliveries {
+		p, _ := strconv.ParseInt(e.Attributes["partition"], 10, 32)
+		off, _ := strconv.ParseInt(e.Attributes["offset"], 10, 64)
+		d := &Delivery{
+			Topic: e.Attributes["topic"], Partition: int32(p), Offset: off,
+			ID: e.ID, Attempt: attempt, Start: start, Header: r.Header.Clone(), Batch: batch,
+		}
+		if e.Key != nil {
+			d.Key = *e.Key
+		}
+		// The envelope carries a text value as a JSON string, JSON as is,
+		// and anything else in base64.
+		var text string
+		switch {
+		case e.ValueBase64 != "":
+			d.Body, _ = base64.StdEncoding.DecodeString(e.ValueBase64)
+		case json.Unmarshal(e.Value, &text) == nil:
+			d.Body = []byte(text)
+		default:
+			d.Body = e.Value
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // Deliveries returns a copy of every answered request, in answer order.
@@ -174,7 +240,8 @@ func (s *Sink) WaitAcked(t testing.TB, n int, timeout time.Duration) {
 // KeyOrderViolations checks per-key order over first deliveries: for every
 // key and partition, the first 2xx of each record must come in offset
 // order, and each must have been sent only after the previous one was
-// answered. It returns a description of each violation.
+// answered (records of one batch are sent together, in offset order). It
+// returns a description of each violation.
 func (s *Sink) KeyOrderViolations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,6 +251,7 @@ func (s *Sink) KeyOrderViolations() []string {
 	}
 	last := make(map[lk]int64)
 	lastEnd := make(map[lk]time.Time)
+	lastBatch := make(map[lk]string)
 	seen := make(map[TP]map[int64]bool)
 	var out []string
 	for _, d := range s.deliveries {
@@ -202,12 +270,13 @@ func (s *Sink) KeyOrderViolations() []string {
 		if prev, ok := last[k]; ok {
 			if d.Offset < prev {
 				out = append(out, fmt.Sprintf("%s/%d key %q: offset %d delivered after %d", d.Topic, d.Partition, d.Key, d.Offset, prev))
-			} else if d.Start.Before(lastEnd[k]) {
+			} else if d.Start.Before(lastEnd[k]) && (d.Batch == "" || d.Batch != lastBatch[k]) {
 				out = append(out, fmt.Sprintf("%s/%d key %q: offset %d sent before %d was acked", d.Topic, d.Partition, d.Key, d.Offset, prev))
 			}
 		}
 		last[k] = d.Offset
 		lastEnd[k] = d.End
+		lastBatch[k] = d.Batch
 	}
 	sort.Strings(out)
 	return out

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/internal/verify"
 )
 
 // The broker restarts mid-stream, once cleanly and once killed (SIGKILL):
@@ -69,7 +70,7 @@ func TestFaultGappedOffsets(t *testing.T) {
 		for j := range perTxn {
 			seq := int64(i*perTxn + j)
 			seqs = append(seqs, seq)
-			cl.Produce(ctx, keyedRecord(seq, c.cfg.keys), nil)
+			cl.Produce(ctx, verify.Record(seq, c.cfg.keys), nil)
 		}
 		if err := cl.Flush(ctx); err != nil {
 			t.Fatalf("flush transaction %d: %v", i, err)
@@ -88,13 +89,13 @@ func TestFaultGappedOffsets(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	o := c.finish()
-	if want := (txns - aborted) * perTxn; o.records != want {
-		t.Errorf("%d committed data records in the log, want %d", o.records, want)
+	if want := (txns - aborted) * perTxn; o.Records != want {
+		t.Errorf("%d committed data records in the log, want %d", o.Records, want)
 	}
 	gaps := 0
 	for p, end := range c.ends() {
 		for off := range end {
-			if o.data[offsetKey{p, off}] == nil {
+			if o.Data[verify.OffsetKey{Partition: p, Offset: off}] == nil {
 				gaps++
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/internal/verify"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 )
@@ -33,9 +34,6 @@ const (
 	faultSession = 6 * time.Second
 	// faultCommitInterval commits often so the sampler sees many commits.
 	faultCommitInterval = 200 * time.Millisecond
-	// samplerInterval is how often the commit sampler reads the group's
-	// committed offsets.
-	samplerInterval = 50 * time.Millisecond
 	// unflushedWindow over-approximates the acks a dead node had not yet
 	// written to Redis: its flush interval is 20ms, five times less.
 	unflushedWindow = 100 * time.Millisecond
@@ -99,7 +97,7 @@ type cluster struct {
 	// every process ever started, for the logs kept on failure.
 	procs []*testutil.Process
 
-	sampler  *commitSampler
+	sampler  *verify.CommitSampler
 	inflight *inflightMonitor
 	bg       sync.WaitGroup
 	stopBG   context.CancelFunc
@@ -193,12 +191,12 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopBG = cancel
 	t.Cleanup(c.stopBackground)
-	c.sampler = newCommitSampler(c.adm, c.sub.GroupID(), c.topic)
+	c.sampler = verify.NewCommitSampler(c.adm, c.sub.GroupID(), c.topic, faultPartitions)
 	c.inflight = &inflightMonitor{sink: c.sink}
 	c.bg.Add(2)
 	go func() {
 		defer c.bg.Done()
-		c.sampler.run(ctx)
+		c.sampler.Run(ctx)
 	}()
 	go func() {
 		defer c.bg.Done()
@@ -366,20 +364,7 @@ func (c *cluster) waitOwned(slot int, timeout time.Duration) {
 
 // committed returns the group's committed offsets of the topic.
 func (c *cluster) committed(ctx context.Context) (map[int32]int64, error) {
-	offs, err := c.adm.FetchOffsets(ctx, c.sub.GroupID())
-	if err != nil {
-		return nil, err
-	}
-	if err := offs.Error(); err != nil {
-		return nil, err
-	}
-	out := make(map[int32]int64)
-	for p := range int32(faultPartitions) {
-		if o, ok := offs.Lookup(c.topic, p); ok && o.Err == nil && o.At >= 0 {
-			out[p] = o.At
-		}
-	}
-	return out, nil
+	return c.subject().Committed(ctx)
 }
 
 // ackedAboveCommit counts, per the sink, the records acked at or above the
@@ -500,7 +485,7 @@ func (p *producer) run(ctx context.Context, n, rate int) {
 			}
 		}
 		wg.Add(1)
-		p.cl.Produce(ctx, keyedRecord(seq, p.c.cfg.keys), func(r *kgo.Record, err error) {
+		p.cl.Produce(ctx, verify.Record(seq, p.c.cfg.keys), func(r *kgo.Record, err error) {
 			defer wg.Done()
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -548,85 +533,6 @@ func (p *producer) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.produced
-}
-
-func keyedRecord(seq int64, keys int) *kgo.Record {
-	return &kgo.Record{
-		Key:   fmt.Appendf(nil, "key-%d", seq%int64(keys)),
-		Value: fmt.Appendf(nil, `{"seq":%d}`, seq),
-	}
-}
-
-// commitSample is one observed change of a partition's committed offset;
-// at is taken after the fetch returned, so the commit was made before it.
-type commitSample struct {
-	at     time.Time
-	offset int64
-}
-
-// commitSampler polls the group's committed offsets for the whole scenario.
-// It keeps every change per partition for the verifier and records at once
-// a commit that moved backwards.
-type commitSampler struct {
-	adm          *kadm.Client
-	group, topic string
-
-	mu        sync.Mutex
-	samples   map[int32][]commitSample
-	decreases []string
-	polls     int
-	failures  int
-}
-
-func newCommitSampler(adm *kadm.Client, group, topic string) *commitSampler {
-	return &commitSampler{adm: adm, group: group, topic: topic, samples: make(map[int32][]commitSample)}
-}
-
-func (s *commitSampler) run(ctx context.Context) {
-	tick := time.NewTicker(samplerInterval)
-	defer tick.Stop()
-	for {
-		s.poll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func (s *commitSampler) poll(ctx context.Context) {
-	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	offs, err := s.adm.FetchOffsets(fctx, s.group)
-	at := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.polls++
-	if err == nil {
-		err = offs.Error()
-	}
-	if err != nil {
-		s.failures++ // the broker restarting or the coordinator loading
-		return
-	}
-	for p := range int32(faultPartitions) {
-		o, ok := offs.Lookup(s.topic, p)
-		if !ok || o.Err != nil || o.At < 0 {
-			continue
-		}
-		prev := s.samples[p]
-		if n := len(prev); n > 0 {
-			last := prev[n-1].offset
-			if o.At == last {
-				continue
-			}
-			if o.At < last {
-				s.decreases = append(s.decreases, fmt.Sprintf("partition %d: commit went from %d back to %d at %s", p, last, o.At, at.Format("15:04:05.000")))
-			}
-		}
-		s.samples[p] = append(prev, commitSample{at: at, offset: o.At})
-	}
 }
 
 // inflightMonitor samples the sink's in-flight count every 10ms, so that a

@@ -27,7 +27,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	command := strings.Join(append([]string{"go run ./bench"}, os.Args[1:]...), " ")
+	command := strings.Join(append([]string{"go run ./test/bench"}, os.Args[1:]...), " ")
 	if _, err := run(ctx, opts, command, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -40,7 +40,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	scenarios := fs.String("scenarios", "1,2,3,4,5", "scenarios to run, comma-separated (2 runs 2a and 2b)")
 	contenders := fs.String("contenders", "", "keep only these contenders, comma-separated: baseline, key, partition, none, ceiling-a, ceiling-b (default all)")
 	records := fs.Int("records", 0, "records per scenario, overriding each scenario's own count")
-	out := fs.String("out", filepath.Join("bench", "results"), "directory for results.md, results.json and throughput.png")
+	out := fs.String("out", filepath.Join("test", "bench", "results"), "directory for results.md, results.json and throughput.png")
 	quick := fs.Bool("quick", false, "a CI-sized smoke run: few records, short caps")
 	latency := fs.String("latency", distFixed, "latency distribution of the 50 ms endpoint: fixed, uniform (25–75 ms) or lognormal (median 45 ms, σ 0.45)")
 	errorRate := fs.Float64("error-rate", 0, "share of attempts the endpoint answers 503")

@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
+	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/subscription"
-	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -45,8 +45,8 @@ func benchSubscription(spec childSpec) (*subscription.Subscription, error) {
 	return s, nil
 }
 
-// newWebhookClient builds the client the way cmd/keyhook serve does
-// (per-origin adaptive limiters, no cap: its --endpoint-concurrency
+// newWebhookClient builds ceiling A's client the way app.Build builds a
+// node's (per-origin adaptive limiters, no cap: the --endpoint-concurrency
 // default), private addresses allowed since the sink listens on loopback.
 func newWebhookClient(spec childSpec) (*webhooks.Client, error) {
 	limiters, err := webhooks.NewLimiters(webhooks.LimiterConfig{})
@@ -73,8 +73,11 @@ func (s staticSubscriptions) Watch(ctx context.Context, _ time.Duration, fn func
 	return ctx.Err()
 }
 
-// runKeyhook runs a dispatcher.Node over the real tracking store and
-// webhooks client until ctx ends, sampling its metrics.
+// runKeyhook runs a node built by app.Build, as keyhook serve builds it
+// with --roles dispatcher, over the bench's Redis, until ctx ends,
+// sampling its metrics. Its one subscription is fixed rather than read
+// from the subscription store, so that the contenders sharing the Redis
+// never see each other's.
 func runKeyhook(ctx context.Context, spec childSpec, log *slog.Logger, out *childOut, rep *childReport) error {
 	sub, err := benchSubscription(spec)
 	if err != nil {
@@ -82,32 +85,26 @@ func runKeyhook(ctx context.Context, spec childSpec, log *slog.Logger, out *chil
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: spec.RedisAddr})
 	defer rdb.Close()
-	store, err := tracking.New(rdb, tracking.Config{})
-	if err != nil {
-		return fmt.Errorf("bench: tracking: %w", err)
-	}
-	client, err := newWebhookClient(spec)
-	if err != nil {
-		return err
-	}
-	defer client.CloseIdleConnections()
 	// Metrics on, as a node serving /metrics runs; the manual reader is
 	// also how the bench reads the window and backpressure gauges.
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	node, err := dispatcher.New(dispatcher.Config{
-		NodeID:        "bench-" + spec.Group,
-		Brokers:       spec.Brokers,
-		MaxWindow:     spec.MaxWindow,
-		FlushInterval: spec.FlushInterval,
-		DrainTimeout:  2 * time.Second,
-		Logger:        log,
-		MeterProvider: mp,
-	}, staticSubscriptions{sub}, client, store)
+	kh, err := app.Build(ctx, app.Config{
+		NodeID:                "bench-" + spec.Group,
+		Brokers:               spec.Brokers,
+		Roles:                 app.RoleDispatcher,
+		AllowPrivateEndpoints: true,
+		MaxIdleConnsPerHost:   spec.IdleConns,
+		MaxWindow:             spec.MaxWindow,
+		FlushInterval:         spec.FlushInterval,
+		DrainTimeout:          2 * time.Second,
+		Logger:                log,
+	}, app.Deps{Redis: rdb, Subscriptions: staticSubscriptions{sub}, MeterProvider: mp})
 	if err != nil {
 		return fmt.Errorf("bench: node: %w", err)
 	}
+	node := kh.Node()
 
 	windows := make(map[string]int64)
 	g := func(s *sample) { readNodeGauges(ctx, reader, s, windows) }
@@ -115,7 +112,7 @@ func runKeyhook(ctx context.Context, spec childSpec, log *slog.Logger, out *chil
 	defer cancel()
 	smp := startSampler(nctx, spec.SampleEvery, g)
 	runErr := make(chan error, 1)
-	go func() { runErr <- node.Run(nctx) }()
+	go func() { runErr <- kh.Run(nctx) }()
 	go announceReady(nctx, node, spec.Partitions, out)
 
 	err = <-runErr

@@ -1,13 +1,13 @@
 // Command bench measures keyhook against what users run today and against
 // what the machine allows, on one machine, in one process tree.
 //
-//	go run ./bench                      # every scenario, ~10–15 minutes on 2 cores
-//	go run ./bench -scenarios 1,3       # some of them (2 is 2a and 2b)
-//	go run ./bench -quick               # a CI-sized smoke run
-//	go run ./bench -records 20000       # override every scenario's record count
-//	go run ./bench -contenders key,ceiling-a -profile   # pprof of the keyhook runs
+//	go run ./test/bench                      # every scenario, ~10–15 minutes on 2 cores
+//	go run ./test/bench -scenarios 1,3       # some of them (2 is 2a and 2b)
+//	go run ./test/bench -quick               # a CI-sized smoke run
+//	go run ./test/bench -records 20000       # override every scenario's record count
+//	go run ./test/bench -contenders key,ceiling-a -profile   # pprof of the keyhook runs
 //
-// Other flags: -out (default bench/results), -latency fixed|uniform|lognormal
+// Other flags: -out (default test/bench/results), -latency fixed|uniform|lognormal
 // for the 50 ms endpoint, -error-rate, and keyhook settings other than the
 // ones cmd/keyhook uses: -max-window (the partition window),
 // -flush-interval (tracking flushes) and -idle-conns (the webhooks
@@ -23,9 +23,10 @@
 //
 //   - baseline: a plain franz-go group consumer posting one record at a
 //     time per partition, committing as it goes;
-//   - keyhook: an in-process dispatcher.Node with the real tracking.Store on
-//     the real redis-server and the real webhooks.Client, with ordering
-//     key, partition and none;
+//   - keyhook: an in-process node built by app.Build, as keyhook serve
+//     --roles dispatcher builds it (the real tracking store on the real
+//     redis-server, the real webhooks.Client), with ordering key,
+//     partition and none;
 //   - ceiling A: the same webhooks.Client posting the same requests with the
 //     same concurrency, without Kafka or Redis;
 //   - ceiling B: consuming the same records without HTTP.

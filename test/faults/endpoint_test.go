@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/internal/verify"
 )
 
 // The endpoint answers 503 to everything for 30 s, then recovers: every
@@ -44,8 +45,8 @@ func TestFaultEndpointOutage(t *testing.T) {
 	if refused == 0 {
 		t.Error("the sink refused nothing: the outage did not happen")
 	}
-	if len(o.deadLetters) != 0 {
-		t.Errorf("%d records dead-lettered by a retryable outage, want 0", len(o.deadLetters))
+	if len(o.DeadLetters) != 0 {
+		t.Errorf("%d records dead-lettered by a retryable outage, want 0", len(o.DeadLetters))
 	}
 	t.Logf("  %d attempts refused with 503 during the outage; settled %.1fs after the endpoint recovered",
 		refused, time.Since(recovered).Seconds())
@@ -59,7 +60,7 @@ func TestFaultPoisonRecord(t *testing.T) {
 	c := newCluster(t, "poison", clusterConfig{
 		latency: smallLatency,
 		status: func(d *testutil.Delivery) int {
-			if seq, err := seqOf(d.Body); err == nil && seq == poison {
+			if seq, err := verify.SeqOf(d.Body); err == nil && seq == poison {
 				return http.StatusBadRequest
 			}
 			return http.StatusOK
@@ -69,12 +70,12 @@ func TestFaultPoisonRecord(t *testing.T) {
 	c.produce(records, 0).wait(time.Minute)
 	o := c.finish()
 
-	if len(o.deadLetters) != 1 {
-		t.Fatalf("%d dead letters, want exactly 1 (the poison record)", len(o.deadLetters))
+	if len(o.DeadLetters) != 1 {
+		t.Fatalf("%d dead letters, want exactly 1 (the poison record)", len(o.DeadLetters))
 	}
-	for k, dl := range o.deadLetters {
-		orig := o.data[k]
-		if seq, _ := seqOf(orig.Value); seq != poison {
+	for k, dl := range o.DeadLetters {
+		orig := o.Data[k]
+		if seq, _ := verify.SeqOf(orig.Value); seq != poison {
 			t.Errorf("dead letter is record %d (%s), want %d", seq, orig.Value, poison)
 		}
 		if string(dl.Key) != string(orig.Key) || string(dl.Value) != string(orig.Value) {
@@ -83,25 +84,25 @@ func TestFaultPoisonRecord(t *testing.T) {
 		want := map[string]string{
 			dispatcher.DLQHeaderSubscription: c.sub.ID,
 			dispatcher.DLQHeaderTopic:        c.topic,
-			dispatcher.DLQHeaderPartition:    strconv.Itoa(int(k.partition)),
-			dispatcher.DLQHeaderOffset:       strconv.FormatInt(k.offset, 10),
-			dispatcher.DLQHeaderDeliveryID:   dispatcher.DeliveryID(c.sub.ID, c.topic, k.partition, k.offset),
+			dispatcher.DLQHeaderPartition:    strconv.Itoa(int(k.Partition)),
+			dispatcher.DLQHeaderOffset:       strconv.FormatInt(k.Offset, 10),
+			dispatcher.DLQHeaderDeliveryID:   dispatcher.DeliveryID(c.sub.ID, c.topic, k.Partition, k.Offset),
 			dispatcher.DLQHeaderStatus:       "400",
 			dispatcher.DLQHeaderAttempts:     "1",
 		}
 		for h, v := range want {
-			if got := header(dl, h); got != v {
+			if got := verify.Header(dl, h); got != v {
 				t.Errorf("dead letter header %s = %q, want %q", h, got, v)
 			}
 		}
-		if !hasHeader(dl, dispatcher.DLQHeaderError) {
+		if !verify.HasHeader(dl, dispatcher.DLQHeaderError) {
 			t.Errorf("dead letter lacks header %s", dispatcher.DLQHeaderError)
 		}
 		var first, last time.Time
 		for h, at := range map[string]*time.Time{dispatcher.DLQHeaderFirstAttempt: &first, dispatcher.DLQHeaderLastAttempt: &last} {
-			v, err := time.Parse(time.RFC3339Nano, header(dl, h))
+			v, err := time.Parse(time.RFC3339Nano, verify.Header(dl, h))
 			if err != nil {
-				t.Errorf("dead letter header %s = %q: %v", h, header(dl, h), err)
+				t.Errorf("dead letter header %s = %q: %v", h, verify.Header(dl, h), err)
 			}
 			*at = v
 		}
@@ -112,7 +113,7 @@ func TestFaultPoisonRecord(t *testing.T) {
 		// delivery id the dead letter names.
 		var seen []testutil.Delivery
 		for _, d := range c.sink.Deliveries() {
-			if d.Partition == k.partition && d.Offset == k.offset {
+			if d.Partition == k.Partition && d.Offset == k.Offset {
 				seen = append(seen, d)
 			}
 		}
@@ -120,6 +121,6 @@ func TestFaultPoisonRecord(t *testing.T) {
 			t.Errorf("the endpoint saw the poison record as %+v, want one 400 with webhook-id %s", seen, want[dispatcher.DLQHeaderDeliveryID])
 		}
 		t.Logf("  poison record %d at %s/%d@%d dead-lettered to %s@%d: status %s, error %q",
-			poison, c.topic, k.partition, k.offset, c.dlq, dl.Offset, header(dl, dispatcher.DLQHeaderStatus), header(dl, dispatcher.DLQHeaderError))
+			poison, c.topic, k.Partition, k.Offset, c.dlq, dl.Offset, verify.Header(dl, dispatcher.DLQHeaderStatus), verify.Header(dl, dispatcher.DLQHeaderError))
 	}
 }

@@ -39,8 +39,8 @@ func TestFaultKill9EveryFiveSeconds(t *testing.T) {
 	}
 	prod.wait(time.Minute)
 	o := c.finish()
-	if o.records != records {
-		t.Errorf("%d records in the log, want %d", o.records, records)
+	if o.Records != records {
+		t.Errorf("%d records in the log, want %d", o.Records, records)
 	}
 	t.Logf("  %d kills; node logs: %v", kills, c.logLines("partitions lost", "partition claimed", "fenced"))
 }
@@ -59,8 +59,8 @@ func TestFaultRollingRestartIsGraceful(t *testing.T) {
 	}
 	prod.wait(time.Minute)
 	o := c.finish()
-	if o.duplicates != 0 {
-		t.Errorf("%d duplicates after a graceful rolling restart, want 0", o.duplicates)
+	if o.Duplicates != 0 {
+		t.Errorf("%d duplicates after a graceful rolling restart, want 0", o.Duplicates)
 	}
 	t.Logf("  node logs: %v", c.logLines("partitions revoked", "partitions lost", "drain deadline passed", "fenced"))
 }
@@ -104,8 +104,8 @@ func TestFaultRebalanceStorm(t *testing.T) {
 	}
 	prod.wait(time.Minute)
 	o := c.finish()
-	if o.duplicates != 0 {
-		t.Errorf("%d duplicates after graceful joins and leaves, want 0", o.duplicates)
+	if o.Duplicates != 0 {
+		t.Errorf("%d duplicates after graceful joins and leaves, want 0", o.Duplicates)
 	}
 	t.Logf("  %d joins, %d leaves in %v; node logs: %v", joins, leaves, storm,
 		c.logLines("partitions revoked", "partitions lost", "drain deadline passed", "fenced"))

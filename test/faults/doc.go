@@ -11,17 +11,18 @@
 // are skipped without it, except under CI=true where they fail. Each builds
 // a cluster (harness_test.go) — keyhook nodes, Redis, a sink, a subscription
 // on a 12-partition topic of its own — injects its fault, and ends with the
-// verifier (verify_test.go), which checks that nothing was lost, per-key
-// order held, the commit never moved backwards nor passed an offset that was
-// not acked, dead-lettered or a gap, the final commit reached every log end,
-// and duplicates stayed within the scenario's bound. Each prints one line:
+// verifier (package internal/verify, shared with test/conformance), which
+// checks that nothing was lost, per-key order held, the commit never moved
+// backwards nor passed an offset that was not acked, dead-lettered or a
+// gap, the final commit reached every log end, and duplicates stayed
+// within the scenario's bound. Each prints one line:
 //
 //	scenario=<name> records=N lost=0 duplicates=D (bound B) max_commit_overshoot=0 wall=12.3s
 //
 // To run them alone:
 //
 //	export "$(KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh start | tail -n 1)"
-//	go test -race -count=1 -run TestFault -v ./faults/
+//	go test -race -count=1 -run TestFault -v ./test/faults/
 //	KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh stop
 //
 // Node logs are kept (their folder is printed) when a scenario fails, or

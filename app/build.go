@@ -1,0 +1,265 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keyhook/keyhook/api"
+	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/nodes"
+	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/telemetry"
+	"github.com/keyhook/keyhook/tracking"
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+// Deps are what a node runs over and does not own: the caller connects
+// them before Build and closes them after Run returns.
+type Deps struct {
+	// Redis holds the tracking state, subscriptions, tokens and the node
+	// registry. Required.
+	Redis redis.UniversalClient
+	// KafkaOptions are added to every Kafka client the node builds (TLS,
+	// SASL: see connect.KafkaOptions). Seed brokers come from
+	// Config.Brokers.
+	KafkaOptions []kgo.Opt
+	// Subscriptions, when not nil, feeds the dispatcher instead of the
+	// Redis subscription store, for a caller that fixes the subscription
+	// set itself (the benchmark). The API still uses the store.
+	Subscriptions dispatcher.Subscriptions
+	// MeterProvider, when not nil, receives the node's metrics instead of
+	// the Prometheus registry served at /metrics, for a caller that reads
+	// them itself.
+	MeterProvider metric.MeterProvider
+}
+
+// App is one wired node. Build makes it; Run runs it until its context
+// ends; Close releases it when Run is never called.
+type App struct {
+	cfg Config
+	rdb redis.UniversalClient
+
+	tracker  *tracking.Store
+	subs     *subscription.Store
+	tokens   *auth.Store
+	registry *nodes.Registry
+	tel      *telemetry.Providers
+
+	// The dispatcher role; nil without it.
+	node   *dispatcher.Node
+	sender *webhooks.Client
+
+	// The API role; nil without it.
+	admClient *kgo.Client
+	admin     *dispatcher.Admin
+	apiSender *webhooks.Client
+	srv       *http.Server
+	ln        net.Listener
+
+	// closers release, in reverse order, what Build acquired.
+	closers []func()
+	closed  bool
+}
+
+// Build validates cfg and wires a node over deps. It starts no goroutine
+// (the API's port is already bound, so [App.APIAddr] is known): [App.Run]
+// starts everything. A failing Build has released what it acquired; a
+// config error is a *FieldError naming the field.
+//
+// Construction is one straight sequence, so that a change to one
+// component's constructor is a local edit here.
+func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Redis == nil {
+		return nil, errNoRedis
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	a := &App{cfg: cfg, rdb: deps.Redis}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	kafkaOpts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, deps.KafkaOptions...)
+
+	// Stores, over the caller's Redis.
+	a.tracker, err = tracking.New(a.rdb, tracking.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	if a.subs, err = subscription.New(a.rdb, subscription.Config{}); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	if a.tokens, err = auth.New(a.rdb, auth.Config{}); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	if cfg.BootstrapToken != "" {
+		created, err := a.tokens.Ensure(ctx, "bootstrap", cfg.BootstrapToken, []auth.Scope{auth.ScopeAdmin})
+		if err != nil {
+			return nil, &FieldError{Field: "BootstrapToken", Err: err}
+		}
+		log.Info("bootstrap token ensured", "name", "bootstrap", "created", created)
+	}
+	a.registry, err = nodes.New(a.rdb, nodes.Config{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+
+	// Telemetry: the exporters, flushed last by Run.
+	a.tel, err = telemetry.Setup(ctx, telemetry.Config{
+		ServiceName: "keyhook", ServiceVersion: cfg.Version, NodeID: cfg.NodeID,
+		TracesExporter: cfg.TracesExporter, Console: cfg.Console, Getenv: cfg.Getenv,
+	})
+	if err != nil {
+		return nil, &FieldError{Field: "TracesExporter", Err: err}
+	}
+	a.closers = append(a.closers, a.flushTelemetry)
+	meter := a.tel.Meter
+	if deps.MeterProvider != nil {
+		meter = deps.MeterProvider
+	}
+	policy := webhooks.AddressPolicy{AllowPrivate: cfg.AllowPrivateEndpoints}
+
+	if cfg.Roles.Has(RoleDispatcher) {
+		// One set of per-origin limiters for every subscription of the node.
+		limiters, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: cfg.EndpointConcurrency})
+		if err != nil {
+			return nil, &FieldError{Field: "EndpointConcurrency", Err: err}
+		}
+		if err := webhooks.RegisterLimiterMetrics(meter.Meter("github.com/keyhook/keyhook/webhooks"), limiters); err != nil {
+			return nil, fmt.Errorf("app: limiter metrics: %w", err)
+		}
+		a.sender, err = webhooks.NewClient(webhooks.ClientConfig{
+			Policy: policy, Timeout: cfg.RequestTimeout, Limiters: limiters,
+			MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
+			TracerProvider:      a.tel.Tracer, Propagator: a.tel.Propagator,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("app: webhooks client: %w", err)
+		}
+		a.closers = append(a.closers, a.sender.CloseIdleConnections)
+		var subs dispatcher.Subscriptions = a.subs
+		if deps.Subscriptions != nil {
+			subs = deps.Subscriptions
+		}
+		a.node, err = dispatcher.New(dispatcher.Config{
+			NodeID:         cfg.NodeID,
+			Brokers:        cfg.Brokers,
+			KafkaOptions:   deps.KafkaOptions,
+			FlushInterval:  cfg.FlushInterval,
+			CommitInterval: cfg.CommitInterval,
+			DrainTimeout:   cfg.DrainTimeout,
+			SessionTimeout: cfg.SessionTimeout,
+			MaxWindow:      cfg.MaxWindow,
+			ResyncInterval: cfg.ResyncInterval,
+			Retry:          cfg.Retry,
+			Logger:         log,
+			MeterProvider:  meter,
+			TracerProvider: a.tel.Tracer,
+			Propagator:     a.tel.Propagator,
+		}, subs, a.sender, a.tracker)
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+	}
+
+	if cfg.Roles.Has(RoleAPI) {
+		a.admClient, err = kgo.NewClient(kafkaOpts...)
+		if err != nil {
+			return nil, fmt.Errorf("app: kafka admin client: %w", err)
+		}
+		a.closers = append(a.closers, a.admClient.Close)
+		status := dispatcher.NewStatusReader(kadm.NewClient(a.admClient), a.tracker)
+		// The API's own client (seek redrives, webhook tests) has no
+		// limiters: an operator's test must not queue behind deliveries.
+		a.apiSender, err = webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: cfg.RequestTimeout})
+		if err != nil {
+			return nil, fmt.Errorf("app: webhooks client: %w", err)
+		}
+		a.closers = append(a.closers, a.apiSender.CloseIdleConnections)
+		admin, err := dispatcher.NewAdmin(kafkaOpts, a.subs, a.tracker, a.apiSender,
+			dispatcher.AdminConfig{StopTimeout: cfg.AdminStopTimeout, Retry: cfg.Retry})
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		a.admin = admin
+		a.closers = append(a.closers, admin.Close)
+		tester, err := api.NewWebhookTester(a.apiSender)
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		handler, err := api.NewRouter(api.Dependencies{
+			Store: a.subs, URLs: policy, Status: status, Seeker: admin, DeadLetters: admin,
+			Tester: tester, Nodes: a.registry, Auth: a.tokens,
+		}, api.Config{
+			Logger:      log,
+			Metrics:     a.tel.Metrics,
+			MetricsAuth: cfg.MetricsAuth,
+			ReadinessChecks: map[string]api.ReadinessCheck{
+				"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
+				"kafka": a.admClient.Ping,
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		a.ln, err = net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, &FieldError{Field: "HTTPAddr", Err: err}
+		}
+		a.closers = append(a.closers, func() { _ = a.ln.Close() })
+		a.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return a, nil
+}
+
+// flushTelemetry gives pending spans a few seconds to leave.
+func (a *App) flushTelemetry() {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.TelemetryFlushTimeout)
+	defer cancel()
+	if err := a.tel.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		a.cfg.Logger.Warn("telemetry flush", "err", err)
+	}
+}
+
+// Close releases what Build acquired, in reverse order. Run calls it when
+// it returns; call it only for an App that is never run. It is idempotent.
+func (a *App) Close() {
+	if a.closed {
+		return
+	}
+	a.closed = true
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+}
+
+// NodeID is the node's name in the tracking state and the registry.
+func (a *App) NodeID() string { return a.cfg.NodeID }
+
+// APIAddr is the address the API listens on, or "" without RoleAPI.
+func (a *App) APIAddr() string {
+	if a.ln == nil {
+		return ""
+	}
+	return a.ln.Addr().String()
+}
+
+// Node is the dispatcher, for its stats; nil without RoleDispatcher.
+func (a *App) Node() *dispatcher.Node { return a.node }
+
+// Subscriptions is the subscription store the node's API serves.
+func (a *App) Subscriptions() *subscription.Store { return a.subs }

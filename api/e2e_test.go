@@ -18,6 +18,8 @@ import (
 
 	"github.com/keyhook/keyhook/api"
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/control"
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/nodes"
@@ -68,16 +70,24 @@ func startStack(t *testing.T) *stack {
 	})
 
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
-	admin, err := dispatcher.NewAdmin(opts, store, tracker, sender, dispatcher.AdminConfig{StopTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
 	admClient, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(admClient.Close)
+	seeker, err := control.NewSeeker(kadm.NewClient(admClient), store, tracker, control.SeekConfig{StopTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redeliverer, err := dispatcher.NewRedeliverer(sender, dispatcher.RedeliverConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLetters, err := deadletter.NewReader(opts, redeliverer, deadletter.ReaderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(deadLetters.Close)
 	tokens := auth.NewStore(rdb, "")
 	token, _, err := tokens.Create(ctx, "e2e", []auth.Scope{auth.ScopeAdmin})
 	if err != nil {
@@ -89,8 +99,8 @@ func startStack(t *testing.T) *stack {
 	}
 	tester, _ := api.NewWebhookTester(sender)
 	h, err := api.NewRouter(api.Dependencies{
-		Store: store, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: dispatcher.NewStatusReader(kadm.NewClient(admClient), tracker),
-		Seeker: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
+		Store: store, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: control.NewStatusReader(kadm.NewClient(admClient), tracker),
+		Seeker: seeker, DeadLetters: deadLetters, Tester: tester, Nodes: reg, Auth: tokens,
 	}, api.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)

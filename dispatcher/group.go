@@ -41,6 +41,8 @@ type group struct {
 	policy  webhooks.RetryPolicy
 	auth    *webhooks.Auth
 	timeout time.Duration
+	// dlw writes the records that failed for good.
+	dlw deadLetterWriter
 	// signing is the signer of the moment, read by every delivery without
 	// a lock and rebuilt when a rotated-out secret expires.
 	signing atomic.Pointer[signerState]
@@ -91,6 +93,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	g.policy = s.Retry.Policy(n.cfg.Retry)
 	g.auth = s.Endpoint.Auth.Auth()
 	g.timeout = time.Duration(s.Endpoint.TimeoutMS) * time.Millisecond
+	g.dlw = g.newDeadLetterWriter()
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 )
@@ -81,24 +82,24 @@ func TestFaultPoisonRecord(t *testing.T) {
 			t.Errorf("dead letter key/value %q/%q, want the original %q/%q", dl.Key, dl.Value, orig.Key, orig.Value)
 		}
 		want := map[string]string{
-			dispatcher.DLQHeaderSubscription: c.sub.ID,
-			dispatcher.DLQHeaderTopic:        c.topic,
-			dispatcher.DLQHeaderPartition:    strconv.Itoa(int(k.partition)),
-			dispatcher.DLQHeaderOffset:       strconv.FormatInt(k.offset, 10),
-			dispatcher.DLQHeaderDeliveryID:   dispatcher.DeliveryID(c.sub.ID, c.topic, k.partition, k.offset),
-			dispatcher.DLQHeaderStatus:       "400",
-			dispatcher.DLQHeaderAttempts:     "1",
+			deadletter.HeaderSubscription: c.sub.ID,
+			deadletter.HeaderTopic:        c.topic,
+			deadletter.HeaderPartition:    strconv.Itoa(int(k.partition)),
+			deadletter.HeaderOffset:       strconv.FormatInt(k.offset, 10),
+			deadletter.HeaderDeliveryID:   dispatcher.DeliveryID(c.sub.ID, c.topic, k.partition, k.offset),
+			deadletter.HeaderStatus:       "400",
+			deadletter.HeaderAttempts:     "1",
 		}
 		for h, v := range want {
 			if got := header(dl, h); got != v {
 				t.Errorf("dead letter header %s = %q, want %q", h, got, v)
 			}
 		}
-		if !hasHeader(dl, dispatcher.DLQHeaderError) {
-			t.Errorf("dead letter lacks header %s", dispatcher.DLQHeaderError)
+		if !hasHeader(dl, deadletter.HeaderError) {
+			t.Errorf("dead letter lacks header %s", deadletter.HeaderError)
 		}
 		var first, last time.Time
-		for h, at := range map[string]*time.Time{dispatcher.DLQHeaderFirstAttempt: &first, dispatcher.DLQHeaderLastAttempt: &last} {
+		for h, at := range map[string]*time.Time{deadletter.HeaderFirstAttempt: &first, deadletter.HeaderLastAttempt: &last} {
 			v, err := time.Parse(time.RFC3339Nano, header(dl, h))
 			if err != nil {
 				t.Errorf("dead letter header %s = %q: %v", h, header(dl, h), err)
@@ -116,10 +117,10 @@ func TestFaultPoisonRecord(t *testing.T) {
 				seen = append(seen, d)
 			}
 		}
-		if len(seen) != 1 || seen[0].Status != http.StatusBadRequest || seen[0].ID != want[dispatcher.DLQHeaderDeliveryID] {
-			t.Errorf("the endpoint saw the poison record as %+v, want one 400 with webhook-id %s", seen, want[dispatcher.DLQHeaderDeliveryID])
+		if len(seen) != 1 || seen[0].Status != http.StatusBadRequest || seen[0].ID != want[deadletter.HeaderDeliveryID] {
+			t.Errorf("the endpoint saw the poison record as %+v, want one 400 with webhook-id %s", seen, want[deadletter.HeaderDeliveryID])
 		}
 		t.Logf("  poison record %d at %s/%d@%d dead-lettered to %s@%d: status %s, error %q",
-			poison, c.topic, k.partition, k.offset, c.dlq, dl.Offset, header(dl, dispatcher.DLQHeaderStatus), header(dl, dispatcher.DLQHeaderError))
+			poison, c.topic, k.partition, k.offset, c.dlq, dl.Offset, header(dl, deadletter.HeaderStatus), header(dl, deadletter.HeaderError))
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/deadletter"
 )
 
 // offsetKey names one offset of the scenario's topic.
@@ -181,9 +181,9 @@ func (c *cluster) verify(ends map[int32]int64) outcome {
 		t.Fatalf("dead-letter topic end: %v", err)
 	}
 	for _, r := range c.readTopic(c.dlq, dlqEnds) {
-		p, err1 := strconv.ParseInt(header(r, dispatcher.DLQHeaderPartition), 10, 32)
-		off, err2 := strconv.ParseInt(header(r, dispatcher.DLQHeaderOffset), 10, 64)
-		if err1 != nil || err2 != nil || header(r, dispatcher.DLQHeaderTopic) != c.topic {
+		p, err1 := strconv.ParseInt(header(r, deadletter.HeaderPartition), 10, 32)
+		off, err2 := strconv.ParseInt(header(r, deadletter.HeaderOffset), 10, 64)
+		if err1 != nil || err2 != nil || header(r, deadletter.HeaderTopic) != c.topic {
 			t.Errorf("dead letter at offset %d names no source offset of %s: headers %v", r.Offset, c.topic, r.Headers)
 			continue
 		}
@@ -411,7 +411,7 @@ func header(r *kgo.Record, key string) string {
 // the dead letter before writing it (the record's own timestamp is the
 // original one). Without that header, the dead letter's timestamp.
 func deadLetteredAt(r *kgo.Record) time.Time {
-	if at, err := time.Parse(time.RFC3339Nano, header(r, dispatcher.DLQHeaderLastAttempt)); err == nil {
+	if at, err := time.Parse(time.RFC3339Nano, header(r, deadletter.HeaderLastAttempt)); err == nil {
 		return at
 	}
 	return r.Timestamp

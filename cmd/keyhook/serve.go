@@ -19,6 +19,8 @@ import (
 	"github.com/keyhook/keyhook/api"
 	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/connect"
+	"github.com/keyhook/keyhook/control"
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
@@ -136,24 +138,33 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 			return fmt.Errorf("keyhook: kafka admin client: %w", err)
 		}
 		defer admClient.Close()
-		status := dispatcher.NewStatusReader(kadm.NewClient(admClient), tracker)
+		adm := kadm.NewClient(admClient)
+		status := control.NewStatusReader(adm, tracker)
 		apiSender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: c.RequestTimeout})
 		if err != nil {
 			return err
 		}
 		defer apiSender.CloseIdleConnections()
-		admin, err := dispatcher.NewAdmin(append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, c.kafkaOpts...),
-			subs, tracker, apiSender, dispatcher.AdminConfig{})
+		seeker, err := control.NewSeeker(adm, subs, tracker, control.SeekConfig{})
 		if err != nil {
 			return err
 		}
-		defer admin.Close()
+		redeliverer, err := dispatcher.NewRedeliverer(apiSender, dispatcher.RedeliverConfig{})
+		if err != nil {
+			return err
+		}
+		deadLetters, err := deadletter.NewReader(append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, c.kafkaOpts...),
+			redeliverer, deadletter.ReaderConfig{})
+		if err != nil {
+			return err
+		}
+		defer deadLetters.Close()
 		tester, err := api.NewWebhookTester(apiSender)
 		if err != nil {
 			return err
 		}
 		handler, err := api.NewRouter(api.Dependencies{
-			Store: subs, URLs: policy, Status: status, Seeker: admin, DeadLetters: admin,
+			Store: subs, URLs: policy, Status: status, Seeker: seeker, DeadLetters: deadLetters,
 			Tester: tester, Nodes: registry, Auth: tokens,
 		}, api.Config{
 			Logger:      log,

@@ -1,0 +1,12 @@
+// Package deadletter owns keyhook's dead letters: the headers a dead
+// letter carries, writing one (Writer), and reading a subscription's dead
+// letters back for listing and redrive (Reader).
+//
+// A dead letter is the source record (key, value, timestamp and its own
+// headers) followed by a block of keyhook-* headers that say where it came
+// from and why it failed.
+//
+// The package knows Kafka (franz-go) and the subscription type. It does
+// not know how a record becomes a webhook: redrive hands records to a
+// Redeliverer, which the dispatcher implements.
+package deadletter

@@ -1,0 +1,84 @@
+package deadletter
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/subscription"
+)
+
+// Headers keyhook adds to a dead letter, after the source record's own.
+const (
+	HeaderSubscription = "keyhook-subscription"
+	HeaderTopic        = "keyhook-source-topic"
+	HeaderPartition    = "keyhook-source-partition"
+	HeaderOffset       = "keyhook-source-offset"
+	HeaderStatus       = "keyhook-last-status"
+	HeaderError        = "keyhook-last-error"
+	HeaderAttempts     = "keyhook-attempts"
+	HeaderFirstAttempt = "keyhook-first-attempt"
+	HeaderLastAttempt  = "keyhook-last-attempt"
+	HeaderDeliveryID   = "keyhook-delivery-id"
+	// HeaderValueDropped, when present, says the value (of this many
+	// bytes) was too large for the dead-letter topic and was left out.
+	HeaderValueDropped = "keyhook-value-dropped"
+)
+
+// reservedPrefix marks the headers only keyhook may write on a dead
+// letter.
+const reservedPrefix = "keyhook-"
+
+// Header returns the value of r's first header named key, "" when there
+// is none.
+func Header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// Original returns r's headers without keyhook's: the source record's own
+// headers as the endpoint saw them.
+func Original(r *kgo.Record) []kgo.RecordHeader {
+	var out []kgo.RecordHeader
+	for _, h := range r.Headers {
+		if !strings.HasPrefix(h.Key, reservedPrefix) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// source is where a dead letter came from, as keyhook wrote it.
+type source struct {
+	subscription string
+	topic        string
+	partition    int32
+	offset       int64
+	deliveryID   string
+}
+
+// sourceOf reads keyhook's block of dead letter r.
+func sourceOf(r *kgo.Record) source {
+	s := source{
+		subscription: Header(r, HeaderSubscription),
+		topic:        Header(r, HeaderTopic),
+		deliveryID:   Header(r, HeaderDeliveryID),
+	}
+	p, _ := strconv.ParseInt(Header(r, HeaderPartition), 10, 32)
+	s.partition = int32(p)
+	s.offset, _ = strconv.ParseInt(Header(r, HeaderOffset), 10, 64)
+	return s
+}
+
+// belongs reports whether dead letter r is one of sub's.
+func belongs(sub *subscription.Subscription, r *kgo.Record) bool {
+	return Header(r, HeaderSubscription) == sub.ID
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -4,7 +4,10 @@
 //
 // A dead letter is the source record (key, value, timestamp and its own
 // headers) followed by a block of keyhook-* headers that say where it came
-// from and why it failed.
+// from and why it failed. Only keyhook writes that block: a source
+// record's own keyhook-* headers are dropped when it is dead-lettered, and
+// readers take the last header of a name, so a producer cannot make its
+// record pass for another subscription's dead letter.
 //
 // The package knows Kafka (franz-go) and the subscription type. It does
 // not know how a record becomes a webhook: redrive hands records to a

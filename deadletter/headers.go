@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,12 +32,14 @@ const (
 // letter.
 const reservedPrefix = "keyhook-"
 
-// Header returns the value of r's first header named key, "" when there
-// is none.
+// Header returns the value of r's last header named key, "" when there is
+// none. keyhook appends its block after the record's own headers, so the
+// last one of a name is keyhook's even on a dead letter written before
+// source records' keyhook-* headers were dropped.
 func Header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == key {
+			return string(r.Headers[i].Value)
 		}
 	}
 	return ""
@@ -76,9 +79,16 @@ func sourceOf(r *kgo.Record) source {
 	return s
 }
 
-// belongs reports whether dead letter r is one of sub's.
+// belongs reports whether dead letter r is one of sub's: keyhook wrote it
+// for sub, about a record of one of sub's topics, into the dead-letter
+// topic sub uses for that topic. A record whose headers say otherwise (a
+// dead letter of another subscription sharing the topic, or anything a
+// producer wrote into the dead-letter topic) is not sub's to list or
+// redrive.
 func belongs(sub *subscription.Subscription, r *kgo.Record) bool {
-	return Header(r, HeaderSubscription) == sub.ID
+	s := sourceOf(r)
+	return s.subscription == sub.ID && s.deliveryID != "" &&
+		slices.Contains(sub.Topics, s.topic) && sub.DeadLetterTopicFor(s.topic) == r.Topic
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
@@ -84,5 +87,58 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 	sort.Strings(want)
 	if len(ids) != 2 || ids[0] != want[0] || ids[1] != want[1] {
 		t.Errorf("redrive sent %v, want %s and %s", ids, items[1].ID, items[3].ID)
+	}
+}
+
+// A producer cannot move its record into another subscription's dead
+// letters by writing keyhook's headers itself: a record carrying a forged
+// keyhook-subscription naming B and a made-up delivery id, dead-lettered
+// by A into a dead-letter topic A and B share, is listed as A's only, and
+// cannot be redriven to B's endpoint with B's credentials.
+func TestForgedDeadLetterHeadersDoNotMakeARecordAnotherSubscriptions(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "orders", "payments", "shared.dlq")
+	rdb := testutil.StartRedis(t).Client()
+	sinkA, sinkB := testutil.StartSink(t), testutil.StartSink(t)
+	sinkA.Status = func(*testutil.Delivery) int { return http.StatusBadRequest }
+	store := subscription.NewStore(rdb, "")
+	subA := &subscription.Subscription{Name: "a", Topics: []string{"orders"}, Endpoint: subscription.Endpoint{URL: sinkA.URL}, DeadLetterTopic: "shared.dlq"}
+	subB := &subscription.Subscription{Name: "b", Topics: []string{"payments"}, Endpoint: subscription.Endpoint{URL: sinkB.URL}, DeadLetterTopic: "shared.dlq"}
+	for _, s := range []*subscription.Subscription{subA, subB} {
+		if err := store.Create(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(t, brokers, "orders", []kgo.RecordHeader{
+		{Key: deadletter.HeaderSubscription, Value: []byte(subB.ID)},
+		{Key: deadletter.HeaderDeliveryID, Value: []byte("dlv_forged")},
+		{Key: deadletter.HeaderTopic, Value: []byte("payments")},
+		{Key: deadletter.HeaderPartition, Value: []byte("0")},
+		{Key: deadletter.HeaderOffset, Value: []byte("0")},
+	}, `{"transfer":"to the attacker"}`)
+	startNode(t, brokers, rdb, store)
+	waitCommitted(t, newAdminClient(t, brokers), subA.GroupID(), map[int32]int64{0: 1}, 30*time.Second)
+	r := newReader(t, brokers)
+
+	pageB, err := r.DeadLetters(context.Background(), subB, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pageB.Items) != 0 {
+		t.Errorf("B lists %d dead letters, want none: %+v", len(pageB.Items), pageB.Items)
+	}
+	for _, ids := range [][]string{{"dlv_forged"}, nil} {
+		if n, err := r.Redrive(context.Background(), subB, ids); err != nil || n != 0 {
+			t.Errorf("redrive %v as B = %d, %v; want 0", ids, n, err)
+		}
+	}
+	if got := sinkB.Deliveries(); len(got) != 0 {
+		t.Errorf("B's endpoint received %d deliveries, want none: %s", len(got), got[0].Body)
+	}
+	pageA, err := r.DeadLetters(context.Background(), subA, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pageA.Items) != 1 || pageA.Items[0].ID != dispatcher.DeliveryID(subA.ID, "orders", 0, 0) || pageA.Items[0].Topic != "orders" {
+		t.Errorf("A lists %+v, want its one dead letter of orders/0/0", pageA.Items)
 	}
 }

@@ -77,7 +77,9 @@ func (w *Writer) Write(ctx context.Context, l Letter) error {
 		Topic: l.Topic, Key: r.Key, Value: r.Value,
 		// The original timestamp travels along: a redrive delivers it as it was.
 		Timestamp: r.Timestamp,
-		Headers: append(append([]kgo.RecordHeader(nil), r.Headers...),
+		// The record's own keyhook-* headers are dropped: a producer's would
+		// pass for keyhook's.
+		Headers: append(Original(r),
 			kgo.RecordHeader{Key: HeaderSubscription, Value: []byte(l.Subscription)},
 			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
 			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.FormatInt(int64(r.Partition), 10))},

@@ -23,6 +23,9 @@ const (
 	HeaderFirstAttempt = "keyhook-first-attempt"
 	HeaderLastAttempt  = "keyhook-last-attempt"
 	HeaderDeliveryID   = "keyhook-delivery-id"
+	// HeaderPath lists, comma-separated and oldest first, the ids of the
+	// subscriptions that dead-lettered this record, this one last.
+	HeaderPath = "keyhook-dead-letter-path"
 	// HeaderValueDropped, when present, says the value (of this many
 	// bytes) was too large for the dead-letter topic and was left out.
 	HeaderValueDropped = "keyhook-value-dropped"
@@ -43,6 +46,16 @@ func Header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// Path returns the subscriptions that dead-lettered r, oldest first; nil
+// for a record that is not a dead letter.
+func Path(r *kgo.Record) []string {
+	p := Header(r, HeaderPath)
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, ",")
 }
 
 // Original returns r's headers without keyhook's: the source record's own

@@ -5,12 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// ErrLoop is returned (wrapped) by Write for a record that is already a
+// dead letter of the same subscription, or has been dead-lettered MaxHops
+// times: writing it again would feed a loop. Nothing is lost by not
+// writing it: the record stays in the dead-letter topic it was read from.
+var ErrLoop = errors.New("deadletter: dead-letter loop")
 
 // Producer writes records synchronously; *kgo.Client implements it.
 type Producer interface {
@@ -41,6 +49,10 @@ type Letter struct {
 
 // WriterConfig tunes a Writer; zero values mean the defaults.
 type WriterConfig struct {
+	// MaxHops is how many times one record may be dead-lettered along a
+	// chain of subscriptions (one subscription's dead-letter topic being
+	// another's source) before it is refused with ErrLoop. Default 4.
+	MaxHops int
 	// Logger receives a line per dead letter written or refused and per
 	// failed write. Default slog.Default().
 	Logger *slog.Logger
@@ -56,29 +68,40 @@ type Writer struct {
 }
 
 // NewWriter builds a Writer that produces through p.
-func NewWriter(p Producer, cfg WriterConfig) *Writer {
+func NewWriter(p Producer, cfg WriterConfig) (*Writer, error) {
+	if cfg.MaxHops < 0 {
+		return nil, fmt.Errorf("deadletter: WriterConfig.MaxHops must not be negative, got %d", cfg.MaxHops)
+	}
+	if cfg.MaxHops == 0 {
+		cfg.MaxHops = 4
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.OnError == nil {
 		cfg.OnError = func(error) {}
 	}
-	return &Writer{p: p, cfg: cfg}
+	return &Writer{p: p, cfg: cfg}, nil
 }
 
 // Write writes l to its dead-letter topic and returns once the write is
 // durable. A failed write is retried, with backoff up to 10s, until it
 // succeeds or ctx ends (ctx's error): a record is acked only once its dead
 // letter is durable. A record too large for the dead-letter topic is
-// written without its value.
+// written without its value. A record that would close a dead-letter loop
+// is not written; the error wraps ErrLoop.
 func (w *Writer) Write(ctx context.Context, l Letter) error {
 	r := l.Record
+	path := Path(r)
+	if slices.Contains(path, l.Subscription) || len(path) >= w.cfg.MaxHops {
+		return fmt.Errorf("%w: the record was dead-lettered by %s already", ErrLoop, strings.Join(path, ", "))
+	}
 	out := &kgo.Record{
 		Topic: l.Topic, Key: r.Key, Value: r.Value,
 		// The original timestamp travels along: a redrive delivers it as it was.
 		Timestamp: r.Timestamp,
 		// The record's own keyhook-* headers are dropped: a producer's would
-		// pass for keyhook's.
+		// forge this block, a previous hop's would pile up hop after hop.
 		Headers: append(Original(r),
 			kgo.RecordHeader{Key: HeaderSubscription, Value: []byte(l.Subscription)},
 			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
@@ -90,6 +113,7 @@ func (w *Writer) Write(ctx context.Context, l Letter) error {
 			kgo.RecordHeader{Key: HeaderAttempts, Value: []byte(strconv.Itoa(l.Attempts))},
 			kgo.RecordHeader{Key: HeaderFirstAttempt, Value: []byte(formatTime(l.First))},
 			kgo.RecordHeader{Key: HeaderLastAttempt, Value: []byte(formatTime(l.Last))},
+			kgo.RecordHeader{Key: HeaderPath, Value: []byte(strings.Join(append(path, l.Subscription), ","))},
 		),
 	}
 	log := w.cfg.Logger.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"time"
 
@@ -112,7 +113,12 @@ func (g *group) deliver(rec *record) bool {
 				attribute.String("keyhook.dead_letter_topic", dlq),
 				attribute.Int("http.response.status_code", res.Last.Status),
 				attribute.Int("keyhook.attempts", res.Attempts)))
-			if err := g.deadLetter(ctx, rec, id, dlq, res, traceID(span)); err != nil {
+			err := g.deadLetter(ctx, rec, id, dlq, res, traceID(span))
+			switch {
+			case errors.Is(err, deadletter.ErrLoop):
+				g.endDelivery(ctx, span, rec, outcomeDeadLetterLoop, res)
+				return true
+			case err != nil:
 				g.endDelivery(ctx, span, rec, outcomeAborted, res)
 				return false
 			}
@@ -304,7 +310,8 @@ func (g *group) signer() *webhooks.Signer {
 
 // deadLetterWriter writes a record that failed for good to a dead-letter
 // topic; deadletter.Writer implements it. Write returns nil once the dead
-// letter is durable, an error when ctx ends first.
+// letter is durable, an error wrapping deadletter.ErrLoop for a record that
+// must not be dead-lettered again, and another error when ctx ends first.
 type deadLetterWriter interface {
 	Write(ctx context.Context, l deadletter.Letter) error
 }
@@ -318,7 +325,7 @@ func (p groupProducer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.P
 
 // newDeadLetterWriter builds the group's dead-letter writer, its failed
 // writes counted as dead_letter errors.
-func (g *group) newDeadLetterWriter() deadLetterWriter {
+func (g *group) newDeadLetterWriter() (deadLetterWriter, error) {
 	return deadletter.NewWriter(groupProducer{g}, deadletter.WriterConfig{
 		Logger:  g.log,
 		OnError: func(error) { g.countError("dead_letter") },
@@ -327,7 +334,10 @@ func (g *group) newDeadLetterWriter() deadLetterWriter {
 
 // deadLetter writes the record to the dead-letter topic with why it
 // failed, retrying until the write succeeds or ctx ends (an error): a
-// record is acked only once its dead letter is durable.
+// record is acked only once its dead letter is durable. A record that is
+// already a dead letter of this subscription, or of too many, is not
+// written (an error wrapping deadletter.ErrLoop): it is acked all the
+// same, since it still sits in the dead-letter topic it was read from.
 func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic string, res webhooks.Result, traceID string) error {
 	errText := ""
 	switch {
@@ -336,11 +346,17 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 	case res.Last.Err != nil:
 		errText = res.Last.Err.Error()
 	}
-	return g.dlw.Write(ctx, deadletter.Letter{
+	err := g.dlw.Write(ctx, deadletter.Letter{
 		Subscription: g.sub.ID, Record: rec.r, Topic: topic, DeliveryID: deliveryID,
 		Status: res.Last.Status, Error: errText, Attempts: res.Attempts, First: res.First, Last: res.LastAt,
 		TraceID: traceID,
 	})
+	if errors.Is(err, deadletter.ErrLoop) {
+		g.log.Error("record not dead-lettered again: it would loop; acked, it stays in the topic it was read from",
+			"topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset, "dead_letter_topic", topic,
+			"status", res.Last.Status, "err", err, "trace_id", traceID)
+	}
+	return err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

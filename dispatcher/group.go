@@ -93,7 +93,11 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	g.policy = s.Retry.Policy(n.cfg.Retry)
 	g.auth = s.Endpoint.Auth.Auth()
 	g.timeout = time.Duration(s.Endpoint.TimeoutMS) * time.Millisecond
-	g.dlw = g.newDeadLetterWriter()
+	dlw, err := g.newDeadLetterWriter()
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	g.dlw = dlw
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {

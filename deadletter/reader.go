@@ -256,30 +256,40 @@ func toDeadLetter(r *kgo.Record) subscription.DeadLetter {
 	return dl
 }
 
-// Redrive delivers again the subscription's dead letters with the given
-// ids (all of them, up to subscription.MaxRedriveIDs, when ids is nil),
-// with the delivery ids they had so endpoints can deduplicate, and reports
-// how many were delivered. One that fails stays where it is; dead-letter
-// topics are append-only, so a redriven record is still listed.
+// Redrive sends again the subscription's dead letters with the given ids
+// (all of them, up to subscription.MaxRedriveIDs, when ids is nil), with
+// the delivery ids they had so endpoints can deduplicate, and reports how
+// many it queued: the dead letters found and handed to the Redeliverer,
+// whatever the endpoint then answers. Unknown ids are not counted. It
+// returns once each has been tried; one the endpoint refuses again stays
+// where it is, and since dead-letter topics are append-only a redriven
+// record stays listed either way.
 func (d *Reader) Redrive(ctx context.Context, sub *subscription.Subscription, ids []string) (int, error) {
 	want := map[string]bool{}
 	for _, id := range ids {
 		want[id] = true
 	}
+	// A record dead-lettered twice (failed again after a seek) is listed
+	// twice under one delivery id: it is sent once.
+	seen := map[string]bool{}
 	var records []*kgo.Record
 	_, err := d.scan(ctx, sub, "", func(r *kgo.Record) bool {
-		if ids == nil || want[sourceOf(r).deliveryID] {
+		if id := sourceOf(r).deliveryID; !seen[id] && (ids == nil || want[id]) {
+			seen[id] = true
 			records = append(records, r)
 		}
-		return ids == nil && len(records) < subscription.MaxRedriveIDs || ids != nil && len(records) < len(ids)
+		if ids == nil {
+			return len(records) < subscription.MaxRedriveIDs
+		}
+		return len(records) < len(want)
 	})
 	if err != nil {
 		return 0, err
 	}
-	var mu sync.Mutex
-	delivered := 0
+	queued := 0
 	sem := make(chan struct{}, min(max(sub.MaxInFlight, 1), 16))
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, dl := range records {
 		src := sourceOf(dl)
 		rec := &kgo.Record{
@@ -289,20 +299,17 @@ func (d *Reader) Redrive(ctx context.Context, sub *subscription.Subscription, id
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			wg.Wait()
-			return delivered, ctx.Err()
+			return queued, ctx.Err()
 		}
+		queued++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if d.rd.Redeliver(ctx, sub, rec, src.deliveryID) == nil {
-				mu.Lock()
-				delivered++
-				mu.Unlock()
-			}
+			// A record refused again stays a dead letter, listed as before;
+			// the count is of records queued, not of their outcomes.
+			_ = d.rd.Redeliver(ctx, sub, rec, src.deliveryID)
 		}()
 	}
-	wg.Wait()
-	return delivered, nil
+	return queued, nil
 }

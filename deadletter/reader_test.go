@@ -90,6 +90,47 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 	}
 }
 
+// Redrive reports how many dead letters it queued again, as the API
+// documents: those found and sent, whether or not the endpoint takes them
+// this time. One it refuses again stays a dead letter.
+func TestRedriveCountsDeadLettersQueuedWhateverTheEndpointAnswers(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "rq")
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	sink.Status = func(d *testutil.Delivery) int {
+		if d.Offset%5 == 1 {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	}
+	produce(t, brokers, "rq", nil, "0", "1", "2", "3", "4", "5", "6", "7", "8", "9")
+	store := subscription.NewStore(rdb, "")
+	sub := &subscription.Subscription{Name: "rq", Topics: []string{"rq"}, Endpoint: subscription.Endpoint{URL: sink.URL}, MaxInFlight: 4}
+	if err := store.Create(context.Background(), sub); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, brokers, rdb, store)
+	waitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 10}, 30*time.Second)
+	r := newReader(t, brokers)
+
+	before := len(sink.Deliveries())
+	n, err := r.Redrive(context.Background(), sub, []string{dispatcher.DeliveryID(sub.ID, "rq", 0, 1), "dlv_unknown"})
+	if err != nil || n != 1 {
+		t.Errorf("redrive of one dead letter still refused, one unknown = %d, %v; want 1 queued", n, err)
+	}
+	if n, err := r.Redrive(context.Background(), sub, nil); err != nil || n != 2 {
+		t.Errorf("redrive all, both still refused = %d, %v; want 2 queued", n, err)
+	}
+	// A 400 is final: each redriven dead letter was tried once.
+	if got := len(sink.Deliveries()) - before; got != 3 {
+		t.Errorf("the endpoint saw %d redeliveries, want 3", got)
+	}
+	page, err := r.DeadLetters(context.Background(), sub, 10, "")
+	if err != nil || len(page.Items) != 2 {
+		t.Errorf("after the redrives %d dead letters are listed (%v), want the 2 still there", len(page.Items), err)
+	}
+}
+
 // A producer cannot move its record into another subscription's dead
 // letters by writing keyhook's headers itself: a record carrying a forged
 // keyhook-subscription naming B and a made-up delivery id, dead-lettered

@@ -48,9 +48,9 @@ func Header(r *kgo.Record, key string) string {
 	return ""
 }
 
-// Path returns the subscriptions that dead-lettered r, oldest first; nil
+// pathOf returns the subscriptions that dead-lettered r, oldest first; nil
 // for a record that is not a dead letter.
-func Path(r *kgo.Record) []string {
+func pathOf(r *kgo.Record) []string {
 	p := Header(r, HeaderPath)
 	if p == "" {
 		return nil
@@ -58,9 +58,9 @@ func Path(r *kgo.Record) []string {
 	return strings.Split(p, ",")
 }
 
-// Original returns r's headers without keyhook's: the source record's own
+// original returns r's headers without keyhook's: the source record's own
 // headers as the endpoint saw them.
-func Original(r *kgo.Record) []kgo.RecordHeader {
+func original(r *kgo.Record) []kgo.RecordHeader {
 	var out []kgo.RecordHeader
 	for _, h := range r.Headers {
 		if !strings.HasPrefix(h.Key, reservedPrefix) {

@@ -247,7 +247,7 @@ func toDeadLetter(r *kgo.Record) subscription.DeadLetter {
 			dl.KeyBase64 = base64.StdEncoding.EncodeToString(r.Key)
 		}
 	}
-	for _, h := range Original(r) {
+	for _, h := range original(r) {
 		if dl.Headers == nil {
 			dl.Headers = map[string]string{}
 		}
@@ -293,7 +293,7 @@ func (d *Reader) Redrive(ctx context.Context, sub *subscription.Subscription, id
 	for _, dl := range records {
 		src := sourceOf(dl)
 		rec := &kgo.Record{
-			Key: dl.Key, Value: dl.Value, Headers: Original(dl), Timestamp: dl.Timestamp,
+			Key: dl.Key, Value: dl.Value, Headers: original(dl), Timestamp: dl.Timestamp,
 			Topic: src.topic, Partition: src.partition, Offset: src.offset,
 		}
 		select {

@@ -92,7 +92,7 @@ func NewWriter(p Producer, cfg WriterConfig) (*Writer, error) {
 // is not written; the error wraps ErrLoop.
 func (w *Writer) Write(ctx context.Context, l Letter) error {
 	r := l.Record
-	path := Path(r)
+	path := pathOf(r)
 	if slices.Contains(path, l.Subscription) || len(path) >= w.cfg.MaxHops {
 		return fmt.Errorf("%w: the record was dead-lettered by %s already", ErrLoop, strings.Join(path, ", "))
 	}
@@ -102,7 +102,7 @@ func (w *Writer) Write(ctx context.Context, l Letter) error {
 		Timestamp: r.Timestamp,
 		// The record's own keyhook-* headers are dropped: a producer's would
 		// forge this block, a previous hop's would pile up hop after hop.
-		Headers: append(Original(r),
+		Headers: append(original(r),
 			kgo.RecordHeader{Key: HeaderSubscription, Value: []byte(l.Subscription)},
 			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
 			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.FormatInt(int64(r.Partition), 10))},

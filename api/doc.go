@@ -17,6 +17,6 @@
 // out: it consumes those through the small interfaces declared here
 // (SubscriptionStore, Authenticator, URLChecker, StatusSource, Seeker,
 // DeadLetterSource, NodeLister, Tester), satisfied by subscription.Store,
-// auth.Store, webhooks.AddressPolicy, the dispatcher and nodes.Registry.
+// auth.Store, webhooks.AddressPolicy, control, deadletter and nodes.Registry.
 // It knows nothing of Kafka.
 package api

@@ -32,8 +32,8 @@ type URLChecker interface {
 	CheckURL(ctx context.Context, raw string) error
 }
 
-// StatusSource reports the delivery status of a subscription. The
-// dispatcher implements it.
+// StatusSource reports the delivery status of a subscription.
+// control.StatusReader implements it.
 type StatusSource interface {
 	Status(ctx context.Context, s *subscription.Subscription) (*subscription.Status, error)
 }
@@ -51,8 +51,8 @@ type SubscriptionStore interface {
 	DeleteVersion(ctx context.Context, id string, expectedVersion int64) error
 }
 
-// Seeker moves a subscription's consumer group to a new position. The
-// dispatcher's admin implements it: it stops the group's consumers,
+// Seeker moves a subscription's consumer group to a new position.
+// control.Seeker implements it: it stops the group's consumers,
 // rewrites the commits and lets them resume. A request that Kafka refuses
 // (an unknown partition) should be a *subscription.ValidationError; an
 // unknown subscription, an error wrapping subscription.ErrNotFound.
@@ -60,8 +60,8 @@ type Seeker interface {
 	Seek(ctx context.Context, sub *subscription.Subscription, req subscription.SeekRequest) (*subscription.SeekResult, error)
 }
 
-// DeadLetterSource lists and redrives a subscription's dead letters. The
-// dispatcher's admin implements it. DeadLetters returns the page after
+// DeadLetterSource lists and redrives a subscription's dead letters.
+// deadletter.Reader implements it. DeadLetters returns the page after
 // cursor ("" for the first), at most limit items; a cursor it did not
 // make gives an error wrapping subscription.ErrInvalidCursor. Redrive
 // delivers again the dead letters with the given ids (every one when ids

@@ -15,6 +15,8 @@ import (
 
 	"github.com/keyhook/keyhook/api"
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/control"
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
@@ -60,11 +62,11 @@ type App struct {
 	sender *webhooks.Client
 
 	// The API role; nil without it.
-	admClient *kgo.Client
-	admin     *dispatcher.Admin
-	apiSender *webhooks.Client
-	srv       *http.Server
-	ln        net.Listener
+	admClient   *kgo.Client
+	deadLetters *deadletter.Reader
+	apiSender   *webhooks.Client
+	srv         *http.Server
+	ln          net.Listener
 
 	// closers release, in reverse order, what Build acquired.
 	closers []func()
@@ -182,7 +184,8 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			return nil, fmt.Errorf("app: kafka admin client: %w", err)
 		}
 		a.closers = append(a.closers, a.admClient.Close)
-		status := dispatcher.NewStatusReader(kadm.NewClient(a.admClient), a.tracker)
+		adm := kadm.NewClient(a.admClient)
+		status := control.NewStatusReader(adm, a.tracker)
 		// The API's own client (seek redrives, webhook tests) has no
 		// limiters: an operator's test must not queue behind deliveries.
 		a.apiSender, err = webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: cfg.RequestTimeout})
@@ -190,19 +193,25 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			return nil, fmt.Errorf("app: webhooks client: %w", err)
 		}
 		a.closers = append(a.closers, a.apiSender.CloseIdleConnections)
-		admin, err := dispatcher.NewAdmin(kafkaOpts, a.subs, a.tracker, a.apiSender,
-			dispatcher.AdminConfig{StopTimeout: cfg.AdminStopTimeout, Retry: cfg.Retry})
+		seeker, err := control.NewSeeker(adm, a.subs, a.tracker, control.SeekConfig{StopTimeout: cfg.AdminStopTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
-		a.admin = admin
-		a.closers = append(a.closers, admin.Close)
+		redeliverer, err := dispatcher.NewRedeliverer(a.apiSender, dispatcher.RedeliverConfig{Retry: cfg.Retry})
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		a.deadLetters, err = deadletter.NewReader(kafkaOpts, redeliverer, deadletter.ReaderConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		a.closers = append(a.closers, a.deadLetters.Close)
 		tester, err := api.NewWebhookTester(a.apiSender)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 		handler, err := api.NewRouter(api.Dependencies{
-			Store: a.subs, URLs: policy, Status: status, Seeker: admin, DeadLetters: admin,
+			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, DeadLetters: a.deadLetters,
 			Tester: tester, Nodes: a.registry, Auth: a.tokens,
 		}, api.Config{
 			Logger:      log,

@@ -8,34 +8,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/delivery"
-	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
-)
-
-// Headers of a dead-lettered record, next to its own.
-const (
-	DLQHeaderSubscription = "keyhook-subscription"
-	DLQHeaderTopic        = "keyhook-source-topic"
-	DLQHeaderPartition    = "keyhook-source-partition"
-	DLQHeaderOffset       = "keyhook-source-offset"
-	DLQHeaderStatus       = "keyhook-last-status"
-	DLQHeaderError        = "keyhook-last-error"
-	DLQHeaderAttempts     = "keyhook-attempts"
-	DLQHeaderFirstAttempt = "keyhook-first-attempt"
-	DLQHeaderLastAttempt  = "keyhook-last-attempt"
-	DLQHeaderDeliveryID   = "keyhook-delivery-id"
-	// DLQHeaderValueDropped, when present, says the value (of this many
-	// bytes) was too large for the dead-letter topic and was left out.
-	DLQHeaderValueDropped = "keyhook-value-dropped"
 )
 
 // DeliveryID names one delivery of one record to one subscription. It is
@@ -141,7 +123,12 @@ func (g *group) deliverFrom(w *worker, rec *record, ended *webhooks.Result) bool
 				attribute.String("keyhook.dead_letter_topic", dlq),
 				attribute.Int("http.response.status_code", res.Last.Status),
 				attribute.Int("keyhook.attempts", res.Attempts)))
-			if !g.deadLetter(ctx, rec, id, dlq, res, traceID(span)) {
+			err := g.deadLetter(ctx, rec, id, dlq, res, traceID(span))
+			switch {
+			case errors.Is(err, deadletter.ErrLoop):
+				g.endDelivery(ctx, span, rec, outcomeDeadLetterLoop, res)
+				return true
+			case err != nil:
 				g.endDelivery(ctx, span, rec, outcomeAborted, res)
 				return false
 			}
@@ -288,11 +275,37 @@ func message(sub *subscription.Subscription, r *kgo.Record, deliveryID string) *
 	}
 }
 
-// deadLetter writes the record to the dead-letter topic with why it failed.
-// It retries until the write succeeds or ctx ends (false): a record is
-// acked only once its dead letter is durable.
-func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic string, res webhooks.Result, traceID string) bool {
-	r := rec.Payload
+// deadLetterWriter writes a record that failed for good to a dead-letter
+// topic; deadletter.Writer implements it. Write returns nil once the dead
+// letter is durable, an error wrapping deadletter.ErrLoop for a record that
+// must not be dead-lettered again, and another error when ctx ends first.
+type deadLetterWriter interface {
+	Write(ctx context.Context, l deadletter.Letter) error
+}
+
+// groupProducer produces through the group's client of the moment.
+type groupProducer struct{ g *group }
+
+func (p groupProducer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	return p.g.client().ProduceSync(ctx, rs...)
+}
+
+// newDeadLetterWriter builds the group's dead-letter writer, its failed
+// writes counted as dead_letter errors.
+func (g *group) newDeadLetterWriter() (deadLetterWriter, error) {
+	return deadletter.NewWriter(groupProducer{g}, deadletter.WriterConfig{
+		Logger:  g.log,
+		OnError: func(error) { g.countError("dead_letter") },
+	})
+}
+
+// deadLetter writes the record to the dead-letter topic with why it
+// failed, retrying until the write succeeds or ctx ends (an error): a
+// record is acked only once its dead letter is durable. A record that is
+// already a dead letter of this subscription, or of too many, is not
+// written (an error wrapping deadletter.ErrLoop): it is acked all the
+// same, since it still sits in the dead-letter topic it was read from.
+func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic string, res webhooks.Result, traceID string) error {
 	errText := ""
 	switch {
 	case res.Err != nil:
@@ -300,47 +313,17 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 	case res.Last.Err != nil:
 		errText = res.Last.Err.Error()
 	}
-	headers := append([]kgo.RecordHeader(nil), r.Headers...)
-	headers = append(headers,
-		kgo.RecordHeader{Key: DLQHeaderSubscription, Value: []byte(g.sub.ID)},
-		kgo.RecordHeader{Key: DLQHeaderTopic, Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: DLQHeaderPartition, Value: []byte(strconv.FormatInt(int64(r.Partition), 10))},
-		kgo.RecordHeader{Key: DLQHeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
-		kgo.RecordHeader{Key: DLQHeaderDeliveryID, Value: []byte(deliveryID)},
-		kgo.RecordHeader{Key: DLQHeaderStatus, Value: []byte(strconv.Itoa(res.Last.Status))},
-		kgo.RecordHeader{Key: DLQHeaderError, Value: []byte(errText)},
-		kgo.RecordHeader{Key: DLQHeaderAttempts, Value: []byte(strconv.Itoa(res.Attempts))},
-		kgo.RecordHeader{Key: DLQHeaderFirstAttempt, Value: []byte(res.First.UTC().Format(time.RFC3339Nano))},
-		kgo.RecordHeader{Key: DLQHeaderLastAttempt, Value: []byte(res.LastAt.UTC().Format(time.RFC3339Nano))},
-	)
-	// The original timestamp travels along: a redrive delivers it as it was.
-	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
-	bo := backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
-	for {
-		err := g.client().ProduceSync(ctx, out).FirstErr()
-		if err == nil {
-			g.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-				"dead_letter_topic", topic, "status", res.Last.Status, "attempts", res.Attempts, "trace_id", traceID)
-			return true
-		}
-		g.countError("dead_letter")
-		if (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)) && out.Value != nil {
-			// The dead-letter topic takes smaller records than the source
-			// did: keep the record's place and why it failed, without its
-			// value, rather than block the key forever.
-			g.log.Error("record too large for the dead-letter topic; dead-lettering it without its value",
-				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "dead_letter_topic", topic,
-				"value_bytes", len(r.Value), "trace_id", traceID)
-			out.Headers = append(out.Headers, kgo.RecordHeader{Key: DLQHeaderValueDropped, Value: []byte(strconv.Itoa(len(r.Value)))})
-			out.Value = nil
-			continue
-		}
-		g.log.Error("dead-letter write failed; retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-			"dead_letter_topic", topic, "err", err, "trace_id", traceID)
-		if bo.Wait(ctx, 0) != nil {
-			return false
-		}
+	err := g.dlw.Write(ctx, deadletter.Letter{
+		Subscription: g.sub.ID, Record: rec.Payload, Topic: topic, DeliveryID: deliveryID,
+		Status: res.Last.Status, Error: errText, Attempts: res.Attempts, First: res.First, Last: res.LastAt,
+		TraceID: traceID,
+	})
+	if errors.Is(err, deadletter.ErrLoop) {
+		g.log.Error("record not dead-lettered again: it would loop; acked, it stays in the topic it was read from",
+			"topic", rec.Payload.Topic, "partition", rec.Payload.Partition, "offset", rec.Payload.Offset, "dead_letter_topic", topic,
+			"status", res.Last.Status, "err", err, "trace_id", traceID)
 	}
+	return err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

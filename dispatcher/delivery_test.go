@@ -14,6 +14,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
@@ -94,7 +95,7 @@ func testDeadLetters(t *testing.T, brokers []string, topic string) {
 	for len(got) < 2 && ctx.Err() == nil {
 		consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			for _, h := range r.Headers {
-				if h.Key == dispatcher.DLQHeaderOffset {
+				if h.Key == deadletter.HeaderOffset {
 					got[string(h.Value)] = r
 				}
 			}
@@ -117,25 +118,25 @@ func testDeadLetters(t *testing.T, brokers []string, topic string) {
 			h[x.Key] = string(x.Value)
 		}
 		for k, v := range map[string]string{
-			"origin":                         "test",
-			dispatcher.DLQHeaderSubscription: sub.ID,
-			dispatcher.DLQHeaderTopic:        topic,
-			dispatcher.DLQHeaderPartition:    "0",
-			dispatcher.DLQHeaderStatus:       want.status,
-			dispatcher.DLQHeaderAttempts:     want.attempts,
-			dispatcher.DLQHeaderDeliveryID:   dispatcher.DeliveryID(sub.ID, topic, 0, int64(o)),
+			"origin":                      "test",
+			deadletter.HeaderSubscription: sub.ID,
+			deadletter.HeaderTopic:        topic,
+			deadletter.HeaderPartition:    "0",
+			deadletter.HeaderStatus:       want.status,
+			deadletter.HeaderAttempts:     want.attempts,
+			deadletter.HeaderDeliveryID:   dispatcher.DeliveryID(sub.ID, topic, 0, int64(o)),
 		} {
 			if h[k] != v {
 				t.Errorf("offset %s: header %s = %q, want %q", off, k, h[k], v)
 			}
 		}
-		for _, k := range []string{dispatcher.DLQHeaderFirstAttempt, dispatcher.DLQHeaderLastAttempt} {
+		for _, k := range []string{deadletter.HeaderFirstAttempt, deadletter.HeaderLastAttempt} {
 			if _, err := time.Parse(time.RFC3339Nano, h[k]); err != nil {
 				t.Errorf("offset %s: header %s = %q, not a time", off, k, h[k])
 			}
 		}
-		if off == "30" && h[dispatcher.DLQHeaderError] == "" {
-			t.Errorf("offset 30: no %s header saying the budget ran out", dispatcher.DLQHeaderError)
+		if off == "30" && h[deadletter.HeaderError] == "" {
+			t.Errorf("offset 30: no %s header saying the budget ran out", deadletter.HeaderError)
 		}
 	}
 }
@@ -230,7 +231,7 @@ func TestTooLargeDeadLetterIsKeptWithoutItsValue(t *testing.T) {
 	for _, x := range got.Headers {
 		h[x.Key] = string(x.Value)
 	}
-	if len(got.Value) != 0 || h[dispatcher.DLQHeaderValueDropped] != "4096" || h[dispatcher.DLQHeaderOffset] != "1" {
-		t.Errorf("dead letter value %d bytes, headers %v; want no value, %s=4096, offset 1", len(got.Value), h, dispatcher.DLQHeaderValueDropped)
+	if len(got.Value) != 0 || h[deadletter.HeaderValueDropped] != "4096" || h[deadletter.HeaderOffset] != "1" {
+		t.Errorf("dead letter value %d bytes, headers %v; want no value, %s=4096, offset 1", len(got.Value), h, deadletter.HeaderValueDropped)
 	}
 }

@@ -42,6 +42,8 @@ type group struct {
 	partition partition.Config
 	// ep renders and paces the subscription's deliveries, resolved once.
 	ep *delivery.Endpoint
+	// dlw writes the records that failed for good.
+	dlw deadLetterWriter
 	// Metric attribute sets, built once so the hot path allocates none.
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set
@@ -92,6 +94,11 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	g.ep = delivery.New(s, n.cfg.Retry)
+	dlw, err := g.newDeadLetterWriter()
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	g.dlw = dlw
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {

@@ -195,9 +195,9 @@ func (g *group) initTelemetry() {
 	for _, c := range statusClasses {
 		g.classAttrs[c] = attribute.NewSet(attrSubscription.String(id), attrStatusClass.String(c))
 	}
-	g.outcomeAttrs = make(map[string]attribute.Set, 3)
+	g.outcomeAttrs = make(map[string]attribute.Set, 4)
 	ctx := context.Background()
-	for _, o := range []string{outcomeDelivered, outcomeDeadLettered, outcomeAborted} {
+	for _, o := range []string{outcomeDelivered, outcomeDeadLettered, outcomeAborted, outcomeDeadLetterLoop} {
 		g.outcomeAttrs[o] = attribute.NewSet(attrSubscription.String(id), attrOutcome.String(o))
 		g.tel.deliveries.Add(ctx, 0, metric.WithAttributeSet(g.outcomeAttrs[o]))
 	}
@@ -324,6 +324,8 @@ func (g *group) endDelivery(ctx context.Context, span trace.Span, rec *record, o
 		span.SetStatus(codes.Error, fmt.Sprintf("dead-lettered after %d attempts, last status %d", res.Attempts, res.Last.Status))
 	case outcomeAborted:
 		span.SetStatus(codes.Error, "aborted: partition released before the delivery finished")
+	case outcomeDeadLetterLoop:
+		span.SetStatus(codes.Error, fmt.Sprintf("not dead-lettered again (loop) after %d attempts, last status %d", res.Attempts, res.Last.Status))
 	}
 	span.End()
 }
@@ -332,6 +334,10 @@ const (
 	outcomeDelivered    = "delivered"
 	outcomeDeadLettered = "dead_lettered"
 	outcomeAborted      = "aborted"
+	// outcomeDeadLetterLoop acks a record that failed and is a dead letter
+	// of this subscription already (or of too many): writing it again
+	// would feed a loop between dead-letter topics.
+	outcomeDeadLetterLoop = "dead_letter_loop"
 )
 
 var statusClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx", "error"}

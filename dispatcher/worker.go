@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
@@ -194,7 +195,7 @@ func (w *worker) run() {
 	defer flushT.Stop()
 	claimRetry := time.NewTimer(0)
 	defer claimRetry.Stop()
-	claimWait := 100 * time.Millisecond
+	claimWait := backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	// Until the claim succeeds the partition is paused: without the acked
 	// set this node would redeliver what the previous owner finished.
 	w.applyPause()
@@ -233,9 +234,9 @@ func (w *worker) run() {
 				// gives this node a newer generation (claim reads it).
 				// Until then the partition is assigned but not claimed,
 				// which status and metrics show.
-				w.log.Warn("claim failed; retrying", "err", err, "in", claimWait)
-				claimRetry.Reset(claimWait)
-				claimWait = min(2*claimWait, 5*time.Second)
+				wait := claimWait.Next()
+				w.log.Warn("claim failed; retrying", "err", err, "in", wait)
+				claimRetry.Reset(wait)
 				continue
 			}
 			w.processInbox()

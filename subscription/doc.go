@@ -7,10 +7,11 @@
 // one step: Create (optionally idempotent, recording the request, without
 // its secrets, under the caller's key for 24 hours in the same step),
 // Update and Replace (a compare-and-set on the version, which counts
-// changes), Delete and DeleteVersion. Page reads the set in a stable order with stateless
-// cursors. The package also defines the shapes the API and the dispatcher
-// exchange for operations on a subscription's Kafka side (SeekRequest,
-// SeekResult, DeadLetter, DeadLetterPage, Status), and validates seeks.
+// changes), Delete and DeleteVersion. Page reads the set in a stable order
+// with stateless cursors. The package also defines the shapes the API
+// exchanges with the control and deadletter packages for operations on a
+// subscription's Kafka side (SeekRequest, SeekResult, DeadLetter,
+// DeadLetterPage, Status), and validates seeks.
 //
 // The package knows Redis (through go-redis) and the JSON form of a
 // subscription; it borrows the webhooks package's delivery-policy types

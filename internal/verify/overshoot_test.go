@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/deadletter"
 )
 
 // TestOvershootFlagsCommitsPastUnackedOffsets proves the verifier can fail:
@@ -24,7 +24,7 @@ func TestOvershootFlagsCommitsPastUnackedOffsets(t *testing.T) {
 			// The dead letter keeps the original record's timestamp; the
 			// end of its last attempt says when it was dead-lettered.
 			Timestamp: at(0),
-			Headers:   []kgo.RecordHeader{{Key: dispatcher.DLQHeaderLastAttempt, Value: []byte(at(6).Format(time.RFC3339Nano))}},
+			Headers:   []kgo.RecordHeader{{Key: deadletter.HeaderLastAttempt, Value: []byte(at(6).Format(time.RFC3339Nano))}},
 		}},
 	}
 	for _, off := range []int64{0, 1, 3, 4, 5, 6} {

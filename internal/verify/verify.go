@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/internal/testutil"
 )
 
@@ -188,9 +188,9 @@ func (s Subject) Check(t testing.TB, ends map[int32]int64) Outcome {
 			t.Fatalf("dead-letter topic end: %v", err)
 		}
 		for _, r := range ReadTopic(t, s.Brokers, s.DeadLetterTopic, dlqEnds) {
-			p, err1 := strconv.ParseInt(Header(r, dispatcher.DLQHeaderPartition), 10, 32)
-			off, err2 := strconv.ParseInt(Header(r, dispatcher.DLQHeaderOffset), 10, 64)
-			if err1 != nil || err2 != nil || Header(r, dispatcher.DLQHeaderTopic) != s.Topic {
+			p, err1 := strconv.ParseInt(Header(r, deadletter.HeaderPartition), 10, 32)
+			off, err2 := strconv.ParseInt(Header(r, deadletter.HeaderOffset), 10, 64)
+			if err1 != nil || err2 != nil || Header(r, deadletter.HeaderTopic) != s.Topic {
 				t.Errorf("dead letter at offset %d names no source offset of %s: headers %v", r.Offset, s.Topic, r.Headers)
 				continue
 			}
@@ -429,7 +429,7 @@ func Header(r *kgo.Record, key string) string {
 // the dead letter before writing it (the record's own timestamp is the
 // original one). Without that header, the dead letter's timestamp.
 func DeadLetteredAt(r *kgo.Record) time.Time {
-	if at, err := time.Parse(time.RFC3339Nano, Header(r, dispatcher.DLQHeaderLastAttempt)); err == nil {
+	if at, err := time.Parse(time.RFC3339Nano, Header(r, deadletter.HeaderLastAttempt)); err == nil {
 		return at
 	}
 	return r.Timestamp

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/internal/verify"
@@ -82,24 +83,24 @@ func TestFaultPoisonRecord(t *testing.T) {
 			t.Errorf("dead letter key/value %q/%q, want the original %q/%q", dl.Key, dl.Value, orig.Key, orig.Value)
 		}
 		want := map[string]string{
-			dispatcher.DLQHeaderSubscription: c.sub.ID,
-			dispatcher.DLQHeaderTopic:        c.topic,
-			dispatcher.DLQHeaderPartition:    strconv.Itoa(int(k.Partition)),
-			dispatcher.DLQHeaderOffset:       strconv.FormatInt(k.Offset, 10),
-			dispatcher.DLQHeaderDeliveryID:   dispatcher.DeliveryID(c.sub.ID, c.topic, k.Partition, k.Offset),
-			dispatcher.DLQHeaderStatus:       "400",
-			dispatcher.DLQHeaderAttempts:     "1",
+			deadletter.HeaderSubscription: c.sub.ID,
+			deadletter.HeaderTopic:        c.topic,
+			deadletter.HeaderPartition:    strconv.Itoa(int(k.Partition)),
+			deadletter.HeaderOffset:       strconv.FormatInt(k.Offset, 10),
+			deadletter.HeaderDeliveryID:   dispatcher.DeliveryID(c.sub.ID, c.topic, k.Partition, k.Offset),
+			deadletter.HeaderStatus:       "400",
+			deadletter.HeaderAttempts:     "1",
 		}
 		for h, v := range want {
 			if got := verify.Header(dl, h); got != v {
 				t.Errorf("dead letter header %s = %q, want %q", h, got, v)
 			}
 		}
-		if !verify.HasHeader(dl, dispatcher.DLQHeaderError) {
-			t.Errorf("dead letter lacks header %s", dispatcher.DLQHeaderError)
+		if !verify.HasHeader(dl, deadletter.HeaderError) {
+			t.Errorf("dead letter lacks header %s", deadletter.HeaderError)
 		}
 		var first, last time.Time
-		for h, at := range map[string]*time.Time{dispatcher.DLQHeaderFirstAttempt: &first, dispatcher.DLQHeaderLastAttempt: &last} {
+		for h, at := range map[string]*time.Time{deadletter.HeaderFirstAttempt: &first, deadletter.HeaderLastAttempt: &last} {
 			v, err := time.Parse(time.RFC3339Nano, verify.Header(dl, h))
 			if err != nil {
 				t.Errorf("dead letter header %s = %q: %v", h, verify.Header(dl, h), err)
@@ -117,10 +118,10 @@ func TestFaultPoisonRecord(t *testing.T) {
 				seen = append(seen, d)
 			}
 		}
-		if len(seen) != 1 || seen[0].Status != http.StatusBadRequest || seen[0].ID != want[dispatcher.DLQHeaderDeliveryID] {
-			t.Errorf("the endpoint saw the poison record as %+v, want one 400 with webhook-id %s", seen, want[dispatcher.DLQHeaderDeliveryID])
+		if len(seen) != 1 || seen[0].Status != http.StatusBadRequest || seen[0].ID != want[deadletter.HeaderDeliveryID] {
+			t.Errorf("the endpoint saw the poison record as %+v, want one 400 with webhook-id %s", seen, want[deadletter.HeaderDeliveryID])
 		}
 		t.Logf("  poison record %d at %s/%d@%d dead-lettered to %s@%d: status %s, error %q",
-			poison, c.topic, k.Partition, k.Offset, c.dlq, dl.Offset, verify.Header(dl, dispatcher.DLQHeaderStatus), verify.Header(dl, dispatcher.DLQHeaderError))
+			poison, c.topic, k.Partition, k.Offset, c.dlq, dl.Offset, verify.Header(dl, deadletter.HeaderStatus), verify.Header(dl, deadletter.HeaderError))
 	}
 }

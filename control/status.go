@@ -1,4 +1,4 @@
-package dispatcher
+package control
 
 import (
 	"context"
@@ -33,11 +33,11 @@ func NewStatusReader(adm *kadm.Client, states StateLoader) *StatusReader {
 func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription) (*subscription.Status, error) {
 	ends, err := r.adm.ListEndOffsets(ctx, s.Topics...)
 	if err != nil {
-		return nil, fmt.Errorf("dispatcher: status: list end offsets: %w", err)
+		return nil, fmt.Errorf("control: status: list end offsets: %w", err)
 	}
 	commits, err := r.adm.FetchOffsets(ctx, s.GroupID())
 	if err != nil {
-		return nil, fmt.Errorf("dispatcher: status: fetch offsets: %w", err)
+		return nil, fmt.Errorf("control: status: fetch offsets: %w", err)
 	}
 	var pks []tracking.PartitionKey
 	ends.Each(func(o kadm.ListedOffset) {
@@ -47,7 +47,7 @@ func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription)
 	})
 	states, err := r.states.Load(ctx, pks)
 	if err != nil {
-		return nil, fmt.Errorf("dispatcher: status: %w", err)
+		return nil, fmt.Errorf("control: status: %w", err)
 	}
 	out := &subscription.Status{SubscriptionID: s.ID, Partitions: []subscription.PartitionStatus{}}
 	for _, pk := range pks {

@@ -1,0 +1,136 @@
+package deadletter_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/deadletter"
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/tracking"
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+// startNode runs a dispatcher node over subs until the test ends.
+func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs dispatcher.Subscriptions) {
+	t.Helper()
+	tracker, err := tracking.New(rdb, tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := dispatcher.New(dispatcher.Config{
+		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
+		Brokers:        brokers,
+		CommitInterval: 100 * time.Millisecond,
+		SessionTimeout: 6 * time.Second,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+	}, subs, newSender(t), tracker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("node stopped with error: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("node did not stop within 60s")
+		}
+	})
+}
+
+func newSender(t *testing.T) *webhooks.Client {
+	t.Helper()
+	sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sender
+}
+
+// newReader builds a dead-letter reader that redelivers through a real
+// HTTP client.
+func newReader(t *testing.T, brokers []string) *deadletter.Reader {
+	t.Helper()
+	rd, err := dispatcher.NewRedeliverer(newSender(t), dispatcher.RedeliverConfig{
+		Retry: webhooks.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := deadletter.NewReader([]kgo.Opt{kgo.SeedBrokers(brokers...)}, rd, deadletter.ReaderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func newClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func newAdminClient(t *testing.T, brokers []string) *kadm.Client {
+	t.Helper()
+	return kadm.NewClient(newClient(t, brokers))
+}
+
+// produce writes records to partition 0 of topic, one per value, each
+// with headers hs.
+func produce(t *testing.T, brokers []string, topic string, hs []kgo.RecordHeader, values ...string) {
+	t.Helper()
+	cl := newClient(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for i, v := range values {
+		r := &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i%4), Value: []byte(v), Headers: hs}
+		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitCommitted waits until the group committed every partition's end.
+func waitCommitted(t *testing.T, adm *kadm.Client, group string, ends map[int32]int64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	got := map[int32]int64{}
+	for time.Now().Before(deadline) {
+		offs, err := adm.FetchOffsets(context.Background(), group)
+		if err == nil {
+			clear(got)
+			offs.Each(func(o kadm.OffsetResponse) {
+				if o.Err == nil {
+					got[o.Partition] = o.At
+				}
+			})
+			done := true
+			for p, end := range ends {
+				if got[p] != end {
+					done = false
+				}
+			}
+			if done {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("commits did not reach the log end in %v: got %v, want %v", timeout, got, ends)
+}

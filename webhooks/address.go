@@ -250,6 +250,38 @@ func (p AddressPolicy) CheckURL(ctx context.Context, raw string) error {
 	return nil
 }
 
+// withoutResolver returns err without the resolver's address that a
+// *net.DNSError in it names ("lookup x on 127.0.0.53:53: no such host"):
+// attempt errors reach API answers, test results and dead-letter headers,
+// and the address of the node's resolver is none of their readers'
+// business. The chain is copied, never changed in place: the resolver may
+// hand the same error to concurrent lookups of the same name.
+func withoutResolver(err error) error {
+	var de *net.DNSError
+	if !errors.As(err, &de) || de.Server == "" {
+		return err
+	}
+	switch e := err.(type) {
+	case *url.Error:
+		c := *e
+		c.Err = withoutResolver(e.Err)
+		return &c
+	case *net.OpError:
+		c := *e
+		c.Err = withoutResolver(e.Err)
+		return &c
+	case *net.DNSError:
+		c := *e
+		c.Server = ""
+		return &c
+	}
+	// A wrapper this function does not know: its text may still name the
+	// resolver, so keep only what the DNS error says, and keep it findable.
+	c := *de
+	c.Server = ""
+	return &c
+}
+
 func (p AddressPolicy) resolver() *net.Resolver {
 	if p.Resolver != nil {
 		return p.Resolver

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -400,5 +401,32 @@ func TestErrForbiddenAddressNamesHostAndAddress(t *testing.T) {
 		if diff := cmp.Diff(tt.want, tt.err.Error()); diff != "" {
 			t.Errorf("Error() mismatch (-want +got):\n%s", diff)
 		}
+	}
+}
+
+func TestSendErrorsDoNotNameTheResolver(t *testing.T) {
+	// The offline resolver fails every query the way an unreachable
+	// nameserver does: the *net.DNSError it yields names the nameserver of
+	// /etc/resolv.conf (or the 127.0.0.1:53 default).
+	c := newStrictClient(t, webhooks.ClientConfig{Policy: webhooks.AddressPolicy{Resolver: offlineResolver()}})
+
+	a := c.Send(context.Background(), &webhooks.Request{URL: "https://no-such-host.example/hook?token=s3cret"}, 1)
+
+	var de *net.DNSError
+	if !errors.As(a.Err, &de) {
+		t.Fatalf("Send err = %v, want a *net.DNSError", a.Err)
+	}
+	if de.Server != "" {
+		t.Errorf("DNSError.Server = %q, want it cleared", de.Server)
+	}
+	msg := a.Err.Error()
+	if resolverAddr := regexp.MustCompile(` on [^ ]+:53\b`); resolverAddr.MatchString(msg) {
+		t.Errorf("error %q names the resolver", msg)
+	}
+	if want := "lookup no-such-host.example: no DNS in tests"; !strings.Contains(msg, want) {
+		t.Errorf("error %q does not contain %q", msg, want)
+	}
+	if got := webhooks.Classify(a); got != webhooks.OutcomeRetry {
+		t.Errorf("Classify = %s, want retry: a DNS failure may pass", got)
 	}
 }

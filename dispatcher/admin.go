@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/subscription"
@@ -127,7 +128,8 @@ func (a *Admin) rewrite(ctx context.Context, sub *subscription.Subscription, tar
 		return nil, err
 	}
 	before, err := a.adm.FetchOffsets(ctx, sub.GroupID())
-	if err != nil {
+	// No node has consumed yet: no group, nothing committed.
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		return nil, fmt.Errorf("dispatcher: seek: read commits: %w", err)
 	}
 	resp, err := a.adm.CommitOffsets(ctx, sub.GroupID(), targets)
@@ -169,7 +171,7 @@ func (a *Admin) seekTargets(ctx context.Context, sub *subscription.Subscription,
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: seek: list end offsets: %w", err)
 	}
-	if err := ends.Error(); err != nil {
+	if err := errorBesidesUnknownTopics(ends); err != nil {
 		return nil, fmt.Errorf("dispatcher: seek: list end offsets: %w", err)
 	}
 	var at kadm.ListedOffsets
@@ -215,6 +217,19 @@ func (a *Admin) seekTargets(ctx context.Context, sub *subscription.Subscription,
 	return targets, nil
 }
 
+// errorBesidesUnknownTopics is the first error of l other than a topic that
+// does not exist: such a topic (not created yet, or deleted) has nothing to
+// move, and the subscription's other topics still seek.
+func errorBesidesUnknownTopics(l kadm.ListedOffsets) error {
+	var first error
+	l.Each(func(o kadm.ListedOffset) {
+		if first == nil && o.Err != nil && !errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+			first = o.Err
+		}
+	})
+	return first
+}
+
 // waitGroupEmpty waits until no member is left in the group.
 func (a *Admin) waitGroupEmpty(ctx context.Context, group string) error {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StopTimeout)
@@ -222,7 +237,7 @@ func (a *Admin) waitGroupEmpty(ctx context.Context, group string) error {
 	for {
 		described, err := a.adm.DescribeGroups(ctx, group)
 		if err == nil {
-			if g, ok := described[group]; ok && g.Err == nil && len(g.Members) == 0 {
+			if g, ok := described[group]; ok && (g.Err == nil && len(g.Members) == 0 || errors.Is(g.Err, kerr.GroupIDNotFound)) {
 				return nil
 			}
 		}

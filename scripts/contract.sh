@@ -173,6 +173,8 @@ if ((rc != 0)); then
 	echo "schemathesis: the node does not keep to openapi.yaml (exit $rc); reproduce with: KEYHOOK_CONTRACT_SEED=$seed scripts/contract.sh"
 	exit "$rc"
 fi
-# The phases' verdicts and the closing summary.
-grep -E '^ (✅|❌|⏭|🚫)|^=+ .* =+$|passed|failed' "$work/schemathesis.log" | tail -n 20 || true
+# The phases' verdicts, then the warnings and the summary as printed.
+grep -E '^ (✅|❌|⏭|🚫)|^ +✅ ' "$work/schemathesis.log" || true
+sed -n '/= \(WARNINGS\|SUMMARY\) =/,$p' "$work/schemathesis.log"
+
 step_done

@@ -86,6 +86,8 @@ func forbiddenReason(ip netip.Addr) string {
 		}
 		return ""
 	}
+	// A well-known NAT64 address is reached through a gateway that dials
+	// the IPv4 address it carries, so that address is the one to judge.
 	if ssrf.IPv6NAT64Prefix.Contains(ip) {
 		b := ip.As16()
 		if r := forbiddenReason(netip.AddrFrom4([4]byte(b[12:16]))); r != "" {

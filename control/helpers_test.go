@@ -107,3 +107,8 @@ func waitCommitted(t *testing.T, adm *kadm.Client, group string, ends map[int32]
 	}
 	t.Fatalf("commits did not reach the log end in %v: got %v, want %v", timeout, got, ends)
 }
+
+// uniqueTopic keeps tests on a shared real broker apart.
+func uniqueTopic(_ *testing.T, base string) string {
+	return fmt.Sprintf("%s-%d", base, time.Now().UnixNano())
+}

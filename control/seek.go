@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keyhook/keyhook/subscription"
 )
@@ -105,7 +106,8 @@ func (sk *Seeker) rewrite(ctx context.Context, sub *subscription.Subscription, t
 		return nil, err
 	}
 	before, err := sk.adm.FetchOffsets(ctx, sub.GroupID())
-	if err != nil {
+	// No node has consumed yet: no group, nothing committed.
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		return nil, fmt.Errorf("control: seek: read commits: %w", err)
 	}
 	resp, err := sk.adm.CommitOffsets(ctx, sub.GroupID(), targets)
@@ -147,7 +149,7 @@ func (sk *Seeker) seekTargets(ctx context.Context, sub *subscription.Subscriptio
 	if err != nil {
 		return nil, fmt.Errorf("control: seek: list end offsets: %w", err)
 	}
-	if err := ends.Error(); err != nil {
+	if err := errorBesidesUnknownTopics(ends); err != nil {
 		return nil, fmt.Errorf("control: seek: list end offsets: %w", err)
 	}
 	var at kadm.ListedOffsets
@@ -193,6 +195,19 @@ func (sk *Seeker) seekTargets(ctx context.Context, sub *subscription.Subscriptio
 	return targets, nil
 }
 
+// errorBesidesUnknownTopics is the first error of l other than a topic that
+// does not exist: such a topic (not created yet, or deleted) has nothing to
+// move, and the subscription's other topics still seek.
+func errorBesidesUnknownTopics(l kadm.ListedOffsets) error {
+	var first error
+	l.Each(func(o kadm.ListedOffset) {
+		if first == nil && o.Err != nil && !errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+			first = o.Err
+		}
+	})
+	return first
+}
+
 // waitGroupEmpty waits until no member is left in the group.
 func (sk *Seeker) waitGroupEmpty(ctx context.Context, group string) error {
 	ctx, cancel := context.WithTimeout(ctx, sk.cfg.StopTimeout)
@@ -200,7 +215,7 @@ func (sk *Seeker) waitGroupEmpty(ctx context.Context, group string) error {
 	for {
 		described, err := sk.adm.DescribeGroups(ctx, group)
 		if err == nil {
-			if g, ok := described[group]; ok && g.Err == nil && len(g.Members) == 0 {
+			if g, ok := described[group]; ok && (g.Err == nil && len(g.Members) == 0 || errors.Is(g.Err, kerr.GroupIDNotFound)) {
 				return nil
 			}
 		}

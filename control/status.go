@@ -2,11 +2,13 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
@@ -36,7 +38,8 @@ func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription)
 		return nil, fmt.Errorf("control: status: list end offsets: %w", err)
 	}
 	commits, err := r.adm.FetchOffsets(ctx, s.GroupID())
-	if err != nil {
+	// No node has consumed yet: no group, nothing committed.
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		return nil, fmt.Errorf("control: status: fetch offsets: %w", err)
 	}
 	var pks []tracking.PartitionKey

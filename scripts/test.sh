@@ -12,7 +12,12 @@
 #   KEYHOOK_TEST_KAFKA_BROKERS  a running broker to use; when unset and java is
 #                               present, scripts/kafka.sh starts one for this
 #                               run (in its own state dir) and stops it at exit
-#   CI                          "true" makes a missing integration tier an error
+#   KEYHOOK_TEST_CONTRACT       "1" runs scripts/contract.sh (the README's curl
+#                               examples and schemathesis against a live dev
+#                               node) after the tests, "0" skips it; default:
+#                               run it unless KEYHOOK_TEST_PKGS narrows the run
+#   CI                          "true" makes a missing integration tier or
+#                               contract prerequisite an error
 #
 # The broker's version and log path are printed before the tests run; when
 # tests fail, the broker log is kept and its path printed again.
@@ -105,6 +110,19 @@ else
 		rc=$rc2
 	fi
 	step_done
+fi
+
+contract=${KEYHOOK_TEST_CONTRACT:-}
+if [[ -z $contract ]]; then
+	contract=1
+	[[ -n ${KEYHOOK_TEST_PKGS:-} ]] && contract=0
+fi
+if [[ $contract == 1 ]]; then
+	step "scripts/contract.sh (README examples, schemathesis against openapi.yaml)"
+	scripts/contract.sh || rc=$?
+	step_done
+else
+	echo "contract tests not run (KEYHOOK_TEST_PKGS narrows the run; KEYHOOK_TEST_CONTRACT=1 runs them)"
 fi
 
 if ((rc != 0)) && [[ -n $kafka_dir && -f $kafka_dir/broker.log ]]; then

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"code.dny.dev/ssrf"
 )
 
 // ErrInvalidURL is wrapped by every error that [AddressPolicy.CheckURL]
@@ -18,9 +20,21 @@ var ErrInvalidURL = errors.New("webhooks: invalid url")
 
 // AddressPolicy decides which destination IP addresses egress may reach.
 //
-// The zero value refuses loopback, private, link-local, unspecified,
-// multicast, shared (CGNAT), broadcast, reserved and cloud metadata
-// addresses, including their IPv4-mapped, NAT64 and 6to4 forms.
+// The zero value refuses every address in the IANA IPv4 and IPv6
+// special-purpose address registries (loopback, private, link-local, shared
+// (CGNAT), documentation, benchmarking, protocol assignments, Teredo, 6to4,
+// ORCHIDv2, reserved, ...), multicast, and every IPv6 address outside global
+// unicast (2000::/3): IPv4-compatible (::a.b.c.d), IPv4-translated
+// (::ffff:0:a.b.c.d), local-use NAT64 (64:ff9b:1::/48), discard (100::/64),
+// unique local (fc00::/7, cloud metadata fd00:ec2::254 among them). The
+// ranges come from code.dny.dev/ssrf, which generates them from the IANA
+// registries, so they are not kept by hand here.
+//
+// Two forms carry an IPv4 address that is judged instead of the IPv6 one:
+// IPv4-mapped addresses (::ffff:a.b.c.d), which the kernel dials as IPv4, and
+// the well-known NAT64 prefix 64:ff9b::/96, so that IPv6-only deployments
+// behind DNS64 reach public IPv4 endpoints while a NAT64 form of a refused
+// IPv4 address stays refused.
 type AddressPolicy struct {
 	// AllowPrivate allows every address, metadata endpoints included. It is
 	// an operator switch for deployments whose endpoints live on a private
@@ -31,20 +45,23 @@ type AddressPolicy struct {
 	// Resolver resolves host names in CheckURL and at dial time. Nil means
 	// net.DefaultResolver.
 	Resolver *net.Resolver
+
+	// exempt is one address allowed whatever the policy says. Only tests set
+	// it (export_test.go), so that a strict policy can reach a loopback test
+	// server while every other address is judged as in production.
+	exempt netip.Addr
 }
 
-// Prefixes that the netip predicates do not cover. Parsed once; never
-// mutated.
+// specialPurpose refuses the IANA special-purpose ranges. Ports and
+// networks are not its business here: endpoints may use any port, and the
+// dialer only dials TCP.
+var specialPurpose = ssrf.New(ssrf.WithAnyPort(), ssrf.WithAnyNetwork())
+
+// Addresses that get a precise reason: both also fall in broader ranges, and
+// the precise reason is the one an operator needs to read.
 var (
-	cgnatPrefix      = netip.MustParsePrefix("100.64.0.0/10")
-	thisNetPrefix    = netip.MustParsePrefix("0.0.0.0/8")
-	reservedV4Prefix = netip.MustParsePrefix("240.0.0.0/4")
-	siteLocalPrefix  = netip.MustParsePrefix("fec0::/10")
-	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")
-	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")
-	metadataV4       = netip.MustParseAddr("169.254.169.254")
-	metadataV6       = netip.MustParseAddr("fd00:ec2::254")
-	broadcastV4      = netip.MustParseAddr("255.255.255.255")
+	metadataV4 = netip.MustParseAddr("169.254.169.254")
+	metadataV6 = netip.MustParseAddr("fd00:ec2::254")
 )
 
 // Forbidden reports why ip may not be reached, as a phrase such as
@@ -55,10 +72,11 @@ func (p AddressPolicy) Forbidden(ip netip.Addr) string {
 		// Fail closed: an address we cannot read is not one we can vouch for.
 		return "an invalid address"
 	}
-	if p.AllowPrivate {
+	ip = ip.WithZone("")
+	if p.AllowPrivate || p.exempt.IsValid() && ip == p.exempt {
 		return ""
 	}
-	return forbiddenReason(ip.WithZone(""))
+	return forbiddenReason(ip)
 }
 
 func forbiddenReason(ip netip.Addr) string {
@@ -68,24 +86,25 @@ func forbiddenReason(ip netip.Addr) string {
 		}
 		return ""
 	}
-	// NAT64 and 6to4 addresses carry an IPv4 address that a gateway on the
-	// path will reach on our behalf, so they are judged by that address.
-	if nat64Prefix.Contains(ip) {
+	// A well-known NAT64 address is reached through a gateway that dials
+	// the IPv4 address it carries, so that address is the one to judge.
+	if ssrf.IPv6NAT64Prefix.Contains(ip) {
 		b := ip.As16()
 		if r := forbiddenReason(netip.AddrFrom4([4]byte(b[12:16]))); r != "" {
 			return r + " (NAT64)"
 		}
 		return ""
 	}
-	if sixToFourPrefix.Contains(ip) {
-		b := ip.As16()
-		if r := forbiddenReason(netip.AddrFrom4([4]byte(b[2:6]))); r != "" {
-			return r + " (6to4)"
-		}
+	if specialPurpose.SafeAddr(ip) == nil {
 		return ""
 	}
-	// Metadata first: both addresses also fall in broader ranges below, and
-	// the precise reason is the one an operator needs to read.
+	return describe(ip)
+}
+
+// describe names the kind of a refused address: in plain words for the
+// kinds an operator meets every day, else by the special-purpose range that
+// holds it.
+func describe(ip netip.Addr) string {
 	switch {
 	case ip == metadataV4 || ip == metadataV6:
 		return "a cloud metadata address"
@@ -93,20 +112,26 @@ func forbiddenReason(ip netip.Addr) string {
 		return "an unspecified address"
 	case ip.IsLoopback():
 		return "a loopback address"
-	case ip.IsPrivate() || siteLocalPrefix.Contains(ip):
+	case ip.IsPrivate():
 		return "a private address"
 	case ip.IsLinkLocalUnicast():
 		return "a link-local address"
 	case ip.IsMulticast():
 		return "a multicast address"
-	case cgnatPrefix.Contains(ip):
-		return "a shared (CGNAT) address"
-	case ip == broadcastV4:
-		return "a broadcast address"
-	case thisNetPrefix.Contains(ip) || reservedV4Prefix.Contains(ip):
-		return "a reserved address"
 	}
-	return ""
+	prefixes := ssrf.IPv4DeniedPrefixes
+	if ip.Is6() {
+		if !ssrf.IPv6GlobalUnicast.Contains(ip) {
+			return "a special-purpose address (outside " + ssrf.IPv6GlobalUnicast.String() + ")"
+		}
+		prefixes = ssrf.IPv6DeniedPrefixes
+	}
+	for _, pfx := range prefixes {
+		if pfx.Contains(ip) {
+			return "a special-purpose address (" + pfx.String() + ")"
+		}
+	}
+	return "a special-purpose address"
 }
 
 // ErrForbiddenAddress is the error of a connection refused by an
@@ -225,6 +250,38 @@ func (p AddressPolicy) CheckURL(ctx context.Context, raw string) error {
 		}
 	}
 	return nil
+}
+
+// withoutResolver returns err without the resolver's address that a
+// *net.DNSError in it names ("lookup x on 127.0.0.53:53: no such host"):
+// attempt errors reach API answers, test results and dead-letter headers,
+// and the address of the node's resolver is none of their readers'
+// business. The chain is copied, never changed in place: the resolver may
+// hand the same error to concurrent lookups of the same name.
+func withoutResolver(err error) error {
+	var de *net.DNSError
+	if !errors.As(err, &de) || de.Server == "" {
+		return err
+	}
+	switch e := err.(type) {
+	case *url.Error:
+		c := *e
+		c.Err = withoutResolver(e.Err)
+		return &c
+	case *net.OpError:
+		c := *e
+		c.Err = withoutResolver(e.Err)
+		return &c
+	case *net.DNSError:
+		c := *e
+		c.Server = ""
+		return &c
+	}
+	// A wrapper this function does not know: its text may still name the
+	// resolver, so keep only what the DNS error says, and keep it findable.
+	c := *de
+	c.Server = ""
+	return &c
 }
 
 func (p AddressPolicy) resolver() *net.Resolver {

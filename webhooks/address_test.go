@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -24,53 +29,84 @@ func offlineResolver() *net.Resolver {
 	}
 }
 
+// addressMatrix is every address the policy is tested on, with the reason
+// the zero policy gives ("" for allowed). The registration, dial and
+// redirect tests all walk it, so a range refused at one layer and let
+// through at another shows up.
+var addressMatrix = []struct {
+	ip   string
+	want string
+}{
+	// IPv4
+	{"127.0.0.1", "a loopback address"},
+	{"127.255.0.9", "a loopback address"},
+	{"10.1.2.3", "a private address"},
+	{"172.16.0.1", "a private address"},
+	{"172.31.255.254", "a private address"},
+	{"192.168.1.1", "a private address"},
+	{"169.254.1.1", "a link-local address"},
+	{"169.254.169.254", "a cloud metadata address"},
+	{"100.64.0.1", "a special-purpose address (100.64.0.0/10)"},
+	{"100.127.255.255", "a special-purpose address (100.64.0.0/10)"},
+	{"0.0.0.0", "an unspecified address"},
+	{"0.1.2.3", "a special-purpose address (0.0.0.0/8)"},
+	{"224.0.0.1", "a multicast address"},
+	{"239.255.255.250", "a multicast address"},
+	{"255.255.255.255", "a special-purpose address (240.0.0.0/4)"},
+	{"240.0.0.1", "a special-purpose address (240.0.0.0/4)"},
+	{"192.0.0.1", "a special-purpose address (192.0.0.0/24)"},
+	{"192.0.0.170", "a special-purpose address (192.0.0.0/24)"},
+	{"198.18.0.1", "a special-purpose address (198.18.0.0/15)"},
+	{"198.19.255.254", "a special-purpose address (198.18.0.0/15)"},
+	{"192.0.2.1", "a special-purpose address (192.0.2.0/24)"},
+	{"198.51.100.7", "a special-purpose address (198.51.100.0/24)"},
+	{"203.0.113.9", "a special-purpose address (203.0.113.0/24)"},
+	{"192.88.99.1", "a special-purpose address (192.88.99.0/24)"},
+	{"8.8.8.8", ""},
+	{"93.184.216.34", ""},
+	{"100.128.0.1", ""},
+	{"172.32.0.1", ""},
+	{"198.20.0.1", ""},
+	// IPv6
+	{"::1", "a loopback address"},
+	{"::", "an unspecified address"},
+	{"fc00::1", "a private address"},
+	{"fd12:3456::1", "a private address"},
+	{"fd00:ec2::254", "a cloud metadata address"},
+	{"fec0::1", "a special-purpose address (outside 2000::/3)"},
+	{"fe80::1", "a link-local address"},
+	{"fe80::1%eth0", "a link-local address"},
+	{"ff02::1", "a multicast address"},
+	{"2001:db8::1", "a special-purpose address (2001:db8::/32)"},
+	{"3fff::1", "a special-purpose address (3fff::/20)"},
+	{"100::1", "a special-purpose address (outside 2000::/3)"},
+	{"2001::1", "a special-purpose address (2001::/23)"},                              // Teredo
+	{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "a special-purpose address (2001::/23)"}, // Teredo
+	{"2001:2::1", "a special-purpose address (2001::/23)"},                            // benchmarking
+	{"2001:4860:4860::8888", ""},
+	{"2606:4700::1111", ""},
+	// IPv4 in IPv6
+	{"::127.0.0.1", "a special-purpose address (outside 2000::/3)"},        // IPv4-compatible
+	{"::7f00:1", "a special-purpose address (outside 2000::/3)"},           // the same, in hex
+	{"::8.8.8.8", "a special-purpose address (outside 2000::/3)"},          // IPv4-compatible, deprecated
+	{"::ffff:0:127.0.0.1", "a special-purpose address (outside 2000::/3)"}, // IPv4-translated
+	{"::ffff:127.0.0.1", "a loopback address (IPv4-mapped)"},
+	{"::ffff:10.0.0.1", "a private address (IPv4-mapped)"},
+	{"::ffff:169.254.169.254", "a cloud metadata address (IPv4-mapped)"},
+	{"::ffff:198.18.0.1", "a special-purpose address (198.18.0.0/15) (IPv4-mapped)"},
+	{"::ffff:8.8.8.8", ""},
+	{"64:ff9b::7f00:1", "a loopback address (NAT64)"},
+	{"64:ff9b::a9fe:a9fe", "a cloud metadata address (NAT64)"},
+	{"64:ff9b::c000:201", "a special-purpose address (192.0.2.0/24) (NAT64)"},
+	{"64:ff9b::808:808", ""},
+	{"64:ff9b:1::7f00:1", "a special-purpose address (outside 2000::/3)"}, // local-use NAT64
+	{"64:ff9b:1::808:808", "a special-purpose address (outside 2000::/3)"},
+	{"2002:a9fe:a9fe::1", "a special-purpose address (2002::/16)"}, // 6to4
+	{"2002:808:808::1", "a special-purpose address (2002::/16)"},
+}
+
 func TestForbiddenClassifiesEveryRefusedRange(t *testing.T) {
-	tests := []struct {
-		ip   string
-		want string
-	}{
-		// IPv4
-		{"127.0.0.1", "a loopback address"},
-		{"127.255.0.9", "a loopback address"},
-		{"10.1.2.3", "a private address"},
-		{"172.16.0.1", "a private address"},
-		{"172.31.255.254", "a private address"},
-		{"192.168.1.1", "a private address"},
-		{"169.254.1.1", "a link-local address"},
-		{"169.254.169.254", "a cloud metadata address"},
-		{"100.64.0.1", "a shared (CGNAT) address"},
-		{"100.127.255.255", "a shared (CGNAT) address"},
-		{"0.0.0.0", "an unspecified address"},
-		{"0.1.2.3", "a reserved address"},
-		{"224.0.0.1", "a multicast address"},
-		{"239.255.255.250", "a multicast address"},
-		{"255.255.255.255", "a broadcast address"},
-		{"240.0.0.1", "a reserved address"},
-		{"8.8.8.8", ""},
-		{"100.128.0.1", ""},
-		{"172.32.0.1", ""},
-		// IPv6
-		{"::1", "a loopback address"},
-		{"::", "an unspecified address"},
-		{"fc00::1", "a private address"},
-		{"fd12:3456::1", "a private address"},
-		{"fec0::1", "a private address"},
-		{"fd00:ec2::254", "a cloud metadata address"},
-		{"fe80::1", "a link-local address"},
-		{"fe80::1%eth0", "a link-local address"},
-		{"ff02::1", "a multicast address"},
-		{"2001:4860:4860::8888", ""},
-		// IPv4 embedded in IPv6
-		{"::ffff:127.0.0.1", "a loopback address (IPv4-mapped)"},
-		{"::ffff:10.0.0.1", "a private address (IPv4-mapped)"},
-		{"::ffff:169.254.169.254", "a cloud metadata address (IPv4-mapped)"},
-		{"::ffff:8.8.8.8", ""},
-		{"64:ff9b::7f00:1", "a loopback address (NAT64)"},
-		{"64:ff9b::808:808", ""},
-		{"2002:a9fe:a9fe::1", "a cloud metadata address (6to4)"},
-		{"2002:808:808::1", ""},
-	}
-	for _, tt := range tests {
+	for _, tt := range addressMatrix {
 		t.Run(tt.ip, func(t *testing.T) {
 			ip := netip.MustParseAddr(tt.ip)
 			if got := (webhooks.AddressPolicy{}).Forbidden(ip); got != tt.want {
@@ -78,6 +114,125 @@ func TestForbiddenClassifiesEveryRefusedRange(t *testing.T) {
 			}
 			if got := (webhooks.AddressPolicy{AllowPrivate: true}).Forbidden(ip); got != "" {
 				t.Errorf("with AllowPrivate, Forbidden(%s) = %q, want allowed", tt.ip, got)
+			}
+		})
+	}
+}
+
+// matrixURLs is addressMatrix as URLs: the zoned address cannot be one.
+func matrixURLs() (tests []struct{ url, ip, want string }) {
+	for _, tt := range addressMatrix {
+		ip := netip.MustParseAddr(tt.ip)
+		if ip.Zone() != "" {
+			continue
+		}
+		host := ip.String()
+		if ip.Is6() {
+			// Keep the spelling under test ([::127.0.0.1], not [::7f00:1]).
+			host = "[" + tt.ip + "]"
+		}
+		tests = append(tests, struct{ url, ip, want string }{"http://" + host + ":8080/hook?token=s3cret", tt.ip, tt.want})
+	}
+	return tests
+}
+
+func TestCheckURLRefusesEverySpecialPurposeAddressAtRegistration(t *testing.T) {
+	for _, tt := range matrixURLs() {
+		t.Run(tt.ip, func(t *testing.T) {
+			err := webhooks.AddressPolicy{Resolver: offlineResolver()}.CheckURL(context.Background(), tt.url)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("CheckURL(%q) = %v, want nil", tt.url, err)
+				}
+				return
+			}
+			var fa *webhooks.ErrForbiddenAddress
+			if !errors.As(err, &fa) || fa.Reason != tt.want || !errors.Is(err, webhooks.ErrInvalidURL) {
+				t.Fatalf("CheckURL(%q) = %v, want an ErrInvalidURL with reason %q", tt.url, err, tt.want)
+			}
+			if err := (webhooks.AddressPolicy{AllowPrivate: true}).CheckURL(context.Background(), tt.url); err != nil {
+				t.Errorf("with AllowPrivate, CheckURL(%q) = %v, want nil", tt.url, err)
+			}
+		})
+	}
+}
+
+// The dial and redirect tests send to refused addresses only: the dialer's
+// Control hook stops them before a packet leaves. Allowed addresses are
+// public and never dialled from a test.
+func TestSendRefusesEverySpecialPurposeAddressAtDialTime(t *testing.T) {
+	c := newStrictClient(t, webhooks.ClientConfig{
+		Policy:  webhooks.AddressPolicy{Resolver: offlineResolver()},
+		Timeout: 2 * time.Second,
+	})
+	for _, tt := range matrixURLs() {
+		if tt.want == "" {
+			continue // allowed addresses are public: never dialled from a test
+		}
+		t.Run(tt.ip, func(t *testing.T) {
+			// The kernel dials an IPv4-mapped address as IPv4, and Control
+			// sees it so.
+			want := strings.TrimSuffix(tt.want, " (IPv4-mapped)")
+
+			a := c.Send(context.Background(), &webhooks.Request{URL: tt.url}, 1)
+
+			var fa *webhooks.ErrForbiddenAddress
+			if !errors.As(a.Err, &fa) || fa.Reason != want {
+				t.Fatalf("Send(%s) err = %v, want *ErrForbiddenAddress with reason %q", tt.url, a.Err, want)
+			}
+			if got := webhooks.Classify(a); got != webhooks.OutcomeFinal {
+				t.Errorf("Classify = %s, want final", got)
+			}
+		})
+	}
+}
+
+// newEndpointOn starts a server on ip (a loopback address other than
+// 127.0.0.1, say) that answers every request with handle.
+func newEndpointOn(t *testing.T, ip netip.Addr, handle func(http.ResponseWriter, *http.Request, int)) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+	if err != nil {
+		t.Fatalf("listen on %s: %v", ip, err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(w, r, 1) }))
+	_ = srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestSendRefusesARedirectToEverySpecialPurposeAddress(t *testing.T) {
+	// The first hop stands for a public endpoint: it is the one address the
+	// strict policy lets through, and it listens on 127.0.0.2 so that the
+	// redirect to 127.0.0.1 is judged like any other.
+	firstHop := netip.MustParseAddr("127.0.0.2")
+	var location atomic.Value
+	ep := newEndpointOn(t, firstHop, redirectTo(http.StatusTemporaryRedirect, func() string { return location.Load().(string) }))
+	c := newStrictClient(t, webhooks.ClientConfig{
+		FollowRedirects: 5,
+		Policy:          webhooks.ExemptForTest(webhooks.AddressPolicy{Resolver: offlineResolver()}, firstHop),
+		Timeout:         2 * time.Second,
+	})
+	for _, tt := range matrixURLs() {
+		if tt.want == "" {
+			continue // allowed addresses are public: never dialled from a test
+		}
+		t.Run(tt.ip, func(t *testing.T) {
+			location.Store(tt.url)
+
+			a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook"}, 1)
+
+			var fa *webhooks.ErrForbiddenAddress
+			if !errors.Is(a.Err, webhooks.ErrRedirectRefused) || !errors.As(a.Err, &fa) || fa.Reason != tt.want {
+				t.Fatalf("Send via a redirect to %s: status %d, err %v; want ErrRedirectRefused with reason %q", tt.url, a.Status, a.Err, tt.want)
+			}
+			if got := webhooks.Classify(a); got != webhooks.OutcomeFinal {
+				t.Errorf("Classify = %s, want final", got)
+			}
+			if strings.Contains(a.Err.Error(), "s3cret") {
+				t.Errorf("error %q leaks the query string", a.Err)
 			}
 		})
 	}
@@ -246,5 +401,32 @@ func TestErrForbiddenAddressNamesHostAndAddress(t *testing.T) {
 		if diff := cmp.Diff(tt.want, tt.err.Error()); diff != "" {
 			t.Errorf("Error() mismatch (-want +got):\n%s", diff)
 		}
+	}
+}
+
+func TestSendErrorsDoNotNameTheResolver(t *testing.T) {
+	// The offline resolver fails every query the way an unreachable
+	// nameserver does: the *net.DNSError it yields names the nameserver of
+	// /etc/resolv.conf (or the 127.0.0.1:53 default).
+	c := newStrictClient(t, webhooks.ClientConfig{Policy: webhooks.AddressPolicy{Resolver: offlineResolver()}})
+
+	a := c.Send(context.Background(), &webhooks.Request{URL: "https://no-such-host.example/hook?token=s3cret"}, 1)
+
+	var de *net.DNSError
+	if !errors.As(a.Err, &de) {
+		t.Fatalf("Send err = %v, want a *net.DNSError", a.Err)
+	}
+	if de.Server != "" {
+		t.Errorf("DNSError.Server = %q, want it cleared", de.Server)
+	}
+	msg := a.Err.Error()
+	if resolverAddr := regexp.MustCompile(` on [^ ]+:53\b`); resolverAddr.MatchString(msg) {
+		t.Errorf("error %q names the resolver", msg)
+	}
+	if want := "lookup no-such-host.example: no DNS in tests"; !strings.Contains(msg, want) {
+		t.Errorf("error %q does not contain %q", msg, want)
+	}
+	if got := webhooks.Classify(a); got != webhooks.OutcomeRetry {
+		t.Errorf("Classify = %s, want retry: a DNS failure may pass", got)
 	}
 }

@@ -447,9 +447,11 @@ func checkHeaders(r *Request) error {
 	return nil
 }
 
-// describeError strips the URL down to scheme and host, and says when the
-// attempt's own timeout (rather than the caller's context) ended it.
+// describeError strips the URL down to scheme and host and DNS errors of the
+// resolver's address, and says when the attempt's own timeout (rather than
+// the caller's context) ended it.
 func describeError(parent, actx context.Context, raw string, timeout time.Duration, err error) error {
+	err = withoutResolver(err)
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = &url.Error{Op: ue.Op, URL: redactURL(raw), Err: ue.Err}

@@ -1,9 +1,19 @@
 package webhooks
 
-import "crypto/x509"
+import (
+	"crypto/x509"
+	"net/netip"
+)
 
 // TrustRootsForTest makes c trust the certificates of pool, so tests can
 // reach httptest TLS servers; production clients trust the system roots.
 func TrustRootsForTest(c *Client, pool *x509.CertPool) {
 	c.tr.TLSClientConfig.RootCAs = pool
+}
+
+// ExemptForTest returns p allowing ip whatever else it refuses, so that a
+// strict policy can reach one loopback test server.
+func ExemptForTest(p AddressPolicy, ip netip.Addr) AddressPolicy {
+	p.exempt = ip
+	return p
 }

@@ -158,20 +158,21 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			subs = deps.Subscriptions
 		}
 		a.node, err = dispatcher.New(dispatcher.Config{
-			NodeID:         cfg.NodeID,
-			Brokers:        cfg.Brokers,
-			KafkaOptions:   deps.KafkaOptions,
-			FlushInterval:  cfg.FlushInterval,
-			CommitInterval: cfg.CommitInterval,
-			DrainTimeout:   cfg.DrainTimeout,
-			SessionTimeout: cfg.SessionTimeout,
-			MaxWindow:      cfg.MaxWindow,
-			ResyncInterval: cfg.ResyncInterval,
-			Retry:          cfg.Retry,
-			Logger:         log,
-			MeterProvider:  meter,
-			TracerProvider: a.tel.Tracer,
-			Propagator:     a.tel.Propagator,
+			NodeID:           cfg.NodeID,
+			Brokers:          cfg.Brokers,
+			KafkaOptions:     deps.KafkaOptions,
+			FlushInterval:    cfg.FlushInterval,
+			CommitInterval:   cfg.CommitInterval,
+			DrainTimeout:     cfg.DrainTimeout,
+			SessionTimeout:   cfg.SessionTimeout,
+			MaxWindow:        cfg.MaxWindow,
+			MaxBufferedBytes: cfg.MaxBufferedBytes,
+			ResyncInterval:   cfg.ResyncInterval,
+			Retry:            cfg.Retry,
+			Logger:           log,
+			MeterProvider:    meter,
+			TracerProvider:   a.tel.Tracer,
+			Propagator:       a.tel.Propagator,
 		}, subs, a.sender, a.tracker)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)

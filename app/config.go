@@ -96,6 +96,10 @@ type Config struct {
 	// MaxWindow bounds the records per partition between the watermark and
 	// the fetch position before fetching pauses. Default 10000.
 	MaxWindow int64
+	// MaxBufferedBytes bounds the bytes of fetched records the node holds
+	// until they are acked, over every partition and subscription.
+	// Default 128 MiB (dispatcher.DefaultMaxBufferedBytes).
+	MaxBufferedBytes int64
 	// ResyncInterval is how often the dispatcher re-reads the subscription
 	// set without a change notification. Default 1s.
 	ResyncInterval time.Duration
@@ -166,6 +170,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWindow < 0 {
 		return fieldError("MaxWindow", "is %d, must not be negative", c.MaxWindow)
+	}
+	if c.MaxBufferedBytes < 0 {
+		return fieldError("MaxBufferedBytes", "is %d, must not be negative", c.MaxBufferedBytes)
 	}
 	if c.EndpointConcurrency < 0 {
 		return fieldError("EndpointConcurrency", "is %d, must be 0 (no cap) or more", c.EndpointConcurrency)

@@ -32,6 +32,7 @@ type config struct {
 	CommitInterval        time.Duration
 	SessionTimeout        time.Duration
 	MaxWindow             int64
+	MaxBufferedBytes      int64
 	RequestTimeout        time.Duration
 	// BootstrapToken, when set, is made an admin API token at start
 	// (idempotent), so a fresh deployment has a first token.
@@ -82,6 +83,7 @@ func (c config) app(log *slog.Logger) app.Config {
 		DrainTimeout:          c.DrainTimeout,
 		SessionTimeout:        c.SessionTimeout,
 		MaxWindow:             c.MaxWindow,
+		MaxBufferedBytes:      c.MaxBufferedBytes,
 		TracesExporter:        c.TracesExporter,
 		Console:               c.console,
 		Getenv:                c.getenv,
@@ -158,6 +160,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.DurationVar(&c.CommitInterval, "commit-interval", time.Second, "how often the watermark is committed to Kafka")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 10*time.Second, "Kafka consumer group session timeout")
 	fs.Int64Var(&c.MaxWindow, "max-window", 10000, "records per partition between watermark and fetch position before fetching pauses")
+	fs.Int64Var(&c.MaxBufferedBytes, "max-buffered-bytes", 128<<20, "bytes of fetched records the node holds until acked, over every partition; fetching pauses at the bound (size it at about a quarter of the memory limit)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "timeout of one delivery attempt")
 	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
 	fs.IntVar(&c.EndpointConcurrency, "endpoint-concurrency", 0, "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)")
@@ -283,6 +286,9 @@ func (c config) validate(cmd string, requireBackends bool) error {
 	}
 	if c.MaxWindow <= 0 {
 		return bad("max-window", fmt.Sprintf("is %d, must be positive", c.MaxWindow))
+	}
+	if c.MaxBufferedBytes <= 0 {
+		return bad("max-buffered-bytes", fmt.Sprintf("is %d, must be positive", c.MaxBufferedBytes))
 	}
 	if c.EndpointConcurrency < 0 {
 		return bad("endpoint-concurrency", fmt.Sprintf("is %d, must be 0 (no cap) or more", c.EndpointConcurrency))

@@ -66,6 +66,7 @@ var appFlags = map[string]string{
 	"DrainTimeout":        "drain-timeout",
 	"SessionTimeout":      "session-timeout",
 	"MaxWindow":           "max-window",
+	"MaxBufferedBytes":    "max-buffered-bytes",
 	"TracesExporter":      "traces-exporter",
 }
 

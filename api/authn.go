@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -42,9 +43,20 @@ func (h *handlers) require(scope auth.Scope) func(http.Handler) http.Handler {
 					"this request needs a token with the "+string(scope)+" scope (or admin)"))
 				return
 			}
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, tok)))
 		})
 	}
+}
+
+// tokenKey is the context key of the auth.Token that require accepted.
+type tokenKey struct{}
+
+// allows reports whether the token that require accepted for r carries
+// scope (or admin). A request that went through no require allows
+// nothing.
+func allows(r *http.Request, scope auth.Scope) bool {
+	tok, ok := r.Context().Value(tokenKey{}).(auth.Token)
+	return ok && tok.Allows(scope)
 }
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header

@@ -37,8 +37,8 @@ type config struct {
 	// BootstrapToken, when set, is made an admin API token at start
 	// (idempotent), so a fresh deployment has a first token.
 	BootstrapToken string
-	// MetricsAuth requires an API token on /metrics.
-	MetricsAuth bool
+	// MetricsPublic serves /metrics without a token.
+	MetricsPublic bool
 	// EndpointConcurrency caps the concurrent requests to one endpoint
 	// origin from this node, over every subscription; 0 is no cap. An
 	// endpoint that throttles (429, 503) gets fewer either way.
@@ -120,7 +120,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
 	fs.IntVar(&c.EndpointConcurrency, "endpoint-concurrency", 0, "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)")
 	fs.StringVar(&c.TracesExporter, "traces-exporter", "", "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none")
-	fs.BoolVar(&c.MetricsAuth, "metrics-auth", false, "require an API token on /metrics (off: metrics are scraped inside the cluster without one)")
+	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "serve /metrics without a token (off: it needs a token with the metrics scope, as it names endpoint origins)")
 
 	fs.BoolVar(&c.Kafka.TLS, "kafka-tls", false, "connect to the Kafka brokers over TLS (system roots unless --kafka-tls-ca-file)")
 	fs.StringVar(&c.Kafka.TLSCAFile, "kafka-tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (needs --kafka-tls)")

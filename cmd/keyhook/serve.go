@@ -156,9 +156,9 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 			Store: subs, URLs: policy, Status: status, Seeker: admin, DeadLetters: admin,
 			Tester: tester, Nodes: registry, Auth: tokens,
 		}, api.Config{
-			Logger:      log,
-			Metrics:     tel.Metrics,
-			MetricsAuth: c.MetricsAuth,
+			Logger:        log,
+			Metrics:       tel.Metrics,
+			MetricsPublic: c.MetricsPublic,
 			ReadinessChecks: map[string]api.ReadinessCheck{
 				"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 				"kafka": admClient.Ping,
@@ -172,7 +172,10 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 			return fmt.Errorf("keyhook: --http-addr (KEYHOOK_HTTP_ADDR) %s: %w", c.HTTPAddr, err)
 		}
 		apiAddr = ln.Addr().String()
-		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		// Requests are small JSON (1 MiB at most) and idle keep-alive
+		// connections are dropped; no WriteTimeout, as a test delivery
+		// or a seek may take as long as the endpoint or the drain.
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("keyhook: api: %w", err)

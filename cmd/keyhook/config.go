@@ -39,6 +39,9 @@ type config struct {
 	BootstrapToken string
 	// MetricsPublic serves /metrics without a token.
 	MetricsPublic bool
+	// MetricsToken, when set, is made an API token with the metrics scope
+	// at start (idempotent): the token a Prometheus scraper is given.
+	MetricsToken string
 	// EndpointConcurrency caps the concurrent requests to one endpoint
 	// origin from this node, over every subscription; 0 is no cap. An
 	// endpoint that throttles (429, 503) gets fewer either way.
@@ -120,6 +123,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
 	fs.IntVar(&c.EndpointConcurrency, "endpoint-concurrency", 0, "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)")
 	fs.StringVar(&c.TracesExporter, "traces-exporter", "", "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none")
+	fs.StringVar(&c.MetricsToken, "metrics-token", "", "an API token to make exist, with only the metrics scope, at start: the scraper's (prefer KEYHOOK_METRICS_TOKEN)")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "serve /metrics without a token (off: it needs a token with the metrics scope, as it names endpoint origins)")
 
 	fs.BoolVar(&c.Kafka.TLS, "kafka-tls", false, "connect to the Kafka brokers over TLS (system roots unless --kafka-tls-ca-file)")

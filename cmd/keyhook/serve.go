@@ -73,6 +73,13 @@ func runNode(ctx context.Context, c config, rdb redis.UniversalClient, log *slog
 		}
 		log.Info("bootstrap token ensured", "name", "bootstrap", "created", created)
 	}
+	if c.MetricsToken != "" {
+		created, err := tokens.Ensure(ctx, "metrics", c.MetricsToken, []auth.Scope{auth.ScopeMetrics})
+		if err != nil {
+			return flagError("serve", "metrics-token", err.Error())
+		}
+		log.Info("metrics token ensured", "name", "metrics", "created", created)
+	}
 	registry, err := nodes.NewRegistry(rdb, nodes.Config{Logger: log})
 	if err != nil {
 		return err

@@ -410,10 +410,11 @@ func (h *handlers) precondition(w http.ResponseWriter, r *http.Request, id strin
 // checkTopics refuses sub's topics and dead-letter topic when they clash
 // with another stored subscription's (see Subscription.ValidateAgainst).
 // The check reads every subscription and is not atomic with the write
-// that follows: two requests racing, each creating one half of a clash,
-// can both pass. Subscriptions are written by operators, rarely and not
-// concurrently in practice; the runtime guard against a dead letter being
-// dead-lettered again holds even then.
+// that follows (the store's compare-and-set covers one subscription, and
+// checking every other one inside it would mean decoding them all in
+// Lua): two requests racing, each making one half of a clash, can both
+// pass. Subscriptions are written by operators, rarely; openapi.yaml and
+// the README say so.
 func (h *handlers) checkTopics(r *http.Request, sub *subscription.Subscription) *problem {
 	var others []*subscription.Subscription
 	cursor := ""

@@ -171,7 +171,7 @@ func TestPatchMergesAndNullResetsToDefault(t *testing.T) {
 	sub := e.create(t, validBody)
 	patch := func(body string) (response, subscription.Subscription) {
 		t.Helper()
-		r := e.send(t, req{method: http.MethodPatch, path: "/v1/subscriptions/" + sub.ID, token: e.writer,
+		r := e.send(t, req{method: http.MethodPatch, path: "/v1/subscriptions/" + sub.ID, token: e.admin,
 			header: map[string]string{"Content-Type": "application/merge-patch+json"}, body: body})
 		var got subscription.Subscription
 		if r.status == http.StatusOK {
@@ -378,13 +378,13 @@ func TestMetricsAreMountedWithOptionalAuth(t *testing.T) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = w.Write([]byte("keyhook_up 1\n"))
 	})
-	open := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics = metrics }})
+	open := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics, c.MetricsPublic = metrics, true }})
 	if r := open.send(t, req{method: http.MethodGet, path: "/metrics"}); r.status != http.StatusOK || string(r.body) != "keyhook_up 1\n" {
 		t.Errorf("GET /metrics without auth = %d %s", r.status, r.body)
 	}
-	closed := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics, c.MetricsAuth = metrics, true }})
+	closed := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics = metrics }})
 	wantProblem(t, closed.send(t, req{method: http.MethodGet, path: "/metrics"}), http.StatusUnauthorized, slugUnauthorized)
-	if r := closed.send(t, req{method: http.MethodGet, path: "/metrics", token: closed.reader}); r.status != http.StatusOK {
+	if r := closed.send(t, req{method: http.MethodGet, path: "/metrics", token: closed.admin}); r.status != http.StatusOK {
 		t.Errorf("GET /metrics with a token = %d %s", r.status, r.body)
 	}
 	none := newEnv(t)

@@ -49,7 +49,7 @@ func (h *handlers) require(scope auth.Scope) func(http.Handler) http.Handler {
 	}
 }
 
-// tokenKey is the context key of the authenticated token's record.
+// tokenKey is the context key of the auth.Token that require accepted.
 type tokenKey struct{}
 
 // caller returns the record of the token that require authenticated for
@@ -57,6 +57,14 @@ type tokenKey struct{}
 func caller(r *http.Request) (tok auth.Token, ok bool) {
 	tok, ok = r.Context().Value(tokenKey{}).(auth.Token)
 	return tok, ok
+}
+
+// allows reports whether the token that require accepted for r carries
+// scope (or admin). A request that went through no require allows
+// nothing.
+func allows(r *http.Request, scope auth.Scope) bool {
+	tok, ok := caller(r)
+	return ok && tok.Allows(scope)
 }
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header

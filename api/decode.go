@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"reflect"
 	"strconv"
 	"strings"
@@ -39,7 +40,11 @@ func decodeStrict(body []byte, dst any, readOnly []string) ([]subscription.Field
 	if p != nil {
 		return nil, p
 	}
-	dec := json.NewDecoder(bytes.NewReader(filtered))
+	canon, p := canonical(filtered, reflect.TypeOf(dst).Elem())
+	if p != nil {
+		return nil, p
+	}
+	dec := json.NewDecoder(bytes.NewReader(canon))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return nil, decodeProblem(filtered, reflect.TypeOf(dst).Elem(), err)
@@ -360,6 +365,167 @@ func unknownFields(raw []byte, s *schema, path string) []string {
 		}
 	}
 	return out
+}
+
+// canonical rewrites body, a well-formed JSON value to be decoded into a
+// value of type t, the way JSON Schema reads it, which encoding/json does
+// not: a number with an integral value (0.0, 1e2) is an integer, written
+// as one where t wants an integer; and null is a value of its own type,
+// not "absent", so a null anywhere but inside free-form JSON is refused
+// (the spec allows null only in merge patches, which remove their nulls
+// before decoding). Keys and values are kept in their order; unknown keys
+// are copied as written, for the decoder to name.
+func canonical(body []byte, t reflect.Type) ([]byte, *problem) {
+	c := canonicalizer{dec: json.NewDecoder(bytes.NewReader(body))}
+	c.dec.UseNumber()
+	if err := c.value(t, ""); err != nil {
+		return body, nil // malformed after all: the decoder will say how
+	}
+	if len(c.nulls) > 0 {
+		errs := make([]subscription.FieldError, len(c.nulls))
+		for i, f := range c.nulls {
+			errs[i] = subscription.FieldError{Field: f, Message: "must not be null"}
+		}
+		return nil, newProblem(400, slugInvalidJSON, "null is not a value of "+strings.Join(c.nulls, ", ")+
+			"; leave a field out to get its default", errs...)
+	}
+	return c.out.Bytes(), nil
+}
+
+type canonicalizer struct {
+	dec   *json.Decoder
+	out   bytes.Buffer
+	nulls []string
+}
+
+// value copies the next JSON value, to be decoded into t (nil when
+// unknown), at path.
+func (c *canonicalizer) value(t reflect.Type, path string) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t == rawType || t.Kind() == reflect.Interface {
+		var raw json.RawMessage
+		if err := c.dec.Decode(&raw); err != nil {
+			return err
+		}
+		c.out.Write(raw)
+		return nil
+	}
+	tok, err := c.dec.Token()
+	if err != nil {
+		return err
+	}
+	switch v := tok.(type) {
+	case json.Delim:
+		return c.container(v, t, path)
+	case nil:
+		c.nulls = append(c.nulls, path)
+		c.out.WriteString("null")
+	case json.Number:
+		s := string(v)
+		if isInteger(t) {
+			if n, ok := integral(s); ok {
+				s = n
+			}
+		}
+		c.out.WriteString(s)
+	case string:
+		b, _ := json.Marshal(v)
+		c.out.Write(b)
+	case bool:
+		c.out.WriteString(strconv.FormatBool(v))
+	}
+	return nil
+}
+
+// container copies the object or array opened by delim.
+func (c *canonicalizer) container(delim json.Delim, t reflect.Type, path string) error {
+	var fields map[string]reflect.Type
+	var elem reflect.Type
+	switch {
+	case t.Kind() == reflect.Struct && t != timeType:
+		fields = jsonFields(t)
+	case t.Kind() == reflect.Map, t.Kind() == reflect.Slice, t.Kind() == reflect.Array:
+		elem = t.Elem()
+	}
+	if delim == '[' {
+		if fields != nil || t.Kind() == reflect.Map {
+			elem = nil
+		}
+		c.out.WriteByte('[')
+		for i := 0; c.dec.More(); i++ {
+			if i > 0 {
+				c.out.WriteByte(',')
+			}
+			if err := c.value(elem, path+"["+strconv.Itoa(i)+"]"); err != nil {
+				return err
+			}
+		}
+		c.out.WriteByte(']')
+		_, err := c.dec.Token()
+		return err
+	}
+	if t.Kind() != reflect.Map {
+		elem = nil
+	}
+	c.out.WriteByte('{')
+	for i := 0; c.dec.More(); i++ {
+		tok, err := c.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		if i > 0 {
+			c.out.WriteByte(',')
+		}
+		b, _ := json.Marshal(key)
+		c.out.Write(b)
+		c.out.WriteByte(':')
+		ft, name := elem, key
+		for n, f := range fields {
+			if n == key || ft == nil && strings.EqualFold(n, key) {
+				ft, name = f, n
+			}
+		}
+		if path != "" {
+			name = path + "." + name
+		}
+		if err := c.value(ft, name); err != nil {
+			return err
+		}
+	}
+	c.out.WriteByte('}')
+	_, err := c.dec.Token()
+	return err
+}
+
+// integral returns the JSON number s as an integer literal when its value
+// is a whole number, as JSON Schema's "integer" accepts it (1.0, 1e2).
+// Numbers with huge exponents are left alone: they are out of every
+// range, and expanding them would cost memory.
+func integral(s string) (string, bool) {
+	if !strings.ContainsAny(s, ".eE") || len(s) > 64 {
+		return "", false
+	}
+	mant, exp, hasExp := strings.Cut(strings.ToLower(s), "e")
+	if hasExp {
+		e, err := strconv.Atoi(exp)
+		if err != nil {
+			return "", false
+		}
+		if strings.Trim(mant, "-+0.") == "" {
+			return "0", true
+		}
+		if e > 30 || e < -30 {
+			return "", false
+		}
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok || !r.IsInt() {
+		return "", false
+	}
+	return r.Num().String(), true
 }
 
 // decodeSubscription decodes a create or replace body into a

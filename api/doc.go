@@ -6,9 +6,13 @@
 // its contract; spec_test.go fails when the router and the spec disagree.
 //
 // It owns the HTTP side of the contract: bearer-token authentication and
-// scopes, request decoding with strict limits (unknown fields, wrong
-// types and read-only fields refused, each named), the order of checks
-// that guarantees bad input changes nothing, ETags and If-Match,
+// scopes (what a token may not read it is not shown, not even in the
+// answer to its own change), request decoding with strict limits
+// (unknown fields, wrong types, read-only fields and null refused, each
+// named; numbers read as JSON Schema reads them), the rules that need
+// more than one subscription (dead-letter topics) or the stored version
+// (credentials follow an endpoint only within its origin), the order of
+// checks that guarantees bad input changes nothing, ETags and If-Match,
 // Idempotency-Key on create, cursor pagination, and RFC 9457
 // problem+json for every error, with stable type URIs.
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -54,6 +55,58 @@ var fuzzSeeds = []string{
 	`{"NAME":"n","Topics":["t"],"endpoint":{"URL":"http://h.example"}}`,
 	`{"endpoint":{"x":{"y":[1,{"z":2}]}}}`, `{"paused":true}`, `{"endpoint":null}`,
 	`{"id":null}`, `{"max_in_flight":-1}`, `{"topics":[1]}`, `{"a":1} x`, `{`, `[]`, ``, `"\ud800"`,
+	`{"name":"n","topics":["t"],"endpoint":{"url":"http://h.example","timeout_ms":0.0},"max_in_flight":1e2}`,
+	`{"name":"n","topics":["t"],"endpoint":{"url":"http://h.example"},"paused":null}`,
+	`{"name":"n","topics":["t"],"endpoint":{"url":"http://h.example"},"retry":{"max_elapsed_ms":18446744073710}}`,
+	`{"name":"n","topics":["t"],"endpoint":{"url":"http://h.example"},"max_in_flight":1e999999999}`,
+	`{"name":"\u001b[31m","topics":["t"],"endpoint":{"url":"http://h.example"},"content_type":"a/b\r\nX: y"}`,
+	`{"name":"n","topics":["t"],"endpoint":{"url":"http://h.example","keep_credentials":true},"dead_letter_topic":"__consumer_offsets"}`,
+	`{"name":"n","topics":["t",null],"endpoint":{"url":"http://h.example","auth":{"headers":{"X-K":null}}}}`,
+}
+
+// FuzzCanonicalKeepsMeaning defends the rewrite that makes the decoder
+// read numbers and null as JSON Schema does: it refuses only bodies with
+// a null, and otherwise changes no value, only how integral numbers are
+// written, so a body the decoder took before decodes to the same
+// subscription after.
+func FuzzCanonicalKeepsMeaning(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	subType := reflect.TypeFor[subscription.Subscription]()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !json.Valid(body) {
+			return
+		}
+		out, p := canonical(body, subType)
+		if p != nil {
+			if p.Status != http.StatusBadRequest || len(p.Errors) == 0 || !bytes.Contains(body, []byte("null")) {
+				t.Fatalf("body %q: refused with %+v", body, p)
+			}
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("body %q: rewritten into invalid JSON %q", body, out)
+		}
+		var before, after any
+		if json.Unmarshal(body, &before) == nil {
+			if err := json.Unmarshal(out, &after); err != nil {
+				t.Fatalf("body %q: rewritten %q does not decode: %v", body, out, err)
+			}
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Fatalf("body %q: rewriting changed a value (-before +after):\n%s", body, diff)
+			}
+		}
+		var sb, sa subscription.Subscription
+		if json.Unmarshal(body, &sb) == nil {
+			if err := json.Unmarshal(out, &sa); err != nil {
+				t.Fatalf("body %q decoded, its rewrite %q does not: %v", body, out, err)
+			}
+			if diff := cmp.Diff(sb, sa); diff != "" {
+				t.Fatalf("body %q: the rewrite decodes differently (-before +after):\n%s", body, diff)
+			}
+		}
+	})
 }
 
 // FuzzCreateRequest defends the create decoder's contract: whatever the
@@ -81,6 +134,13 @@ func FuzzCreateRequest(f *testing.F) {
 			}
 			if after != before+1 {
 				t.Fatalf("201 but store went from %d to %d", before, after)
+			}
+			stored, err := e.store.Get(context.Background(), sub.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := stored.Validate(); len(errs) > 0 || stored.Endpoint.KeepCredentials {
+				t.Fatalf("body %q stored an invalid subscription (%v) or a request-only field", body, errs)
 			}
 			return
 		}

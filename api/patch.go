@@ -40,6 +40,12 @@ func mergePatch(cur *subscription.Subscription, body []byte) (*subscription.Subs
 	if err != nil {
 		return nil, nil, newProblem(400, slugInvalidJSON, fmt.Sprintf("the patched subscription is not valid JSON: %v", err))
 	}
+	// Nulls left in the merged document sit inside arrays, which a patch
+	// replaces whole: there they are values, and refused.
+	mergedJSON, p = canonical(mergedJSON, subType)
+	if p != nil {
+		return nil, nil, p
+	}
 	var next subscription.Subscription
 	dec = json.NewDecoder(bytes.NewReader(mergedJSON))
 	dec.DisallowUnknownFields()

@@ -145,11 +145,11 @@ type Config struct {
 	ReadinessTimeout time.Duration
 	// Metrics, when not nil, is served at GET /metrics.
 	Metrics http.Handler
-	// MetricsAuth requires a bearer token (any scope) on /metrics. Off by
-	// default: metrics are usually scraped inside the cluster, by a
-	// scraper that holds no token, and /metrics shows counts, never
-	// subscription contents.
-	MetricsAuth bool
+	// MetricsPublic serves /metrics to anyone. Off by default: /metrics
+	// names endpoint origins and subscription ids, so it needs a bearer
+	// token with the metrics scope (or admin), which a scraper is given.
+	// Turn it on only where the port is reachable by the scraper alone.
+	MetricsPublic bool
 	// Now is the clock, for ages in status answers. Default time.Now.
 	Now func() time.Time
 }
@@ -215,10 +215,10 @@ func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
 	r.Get("/healthz", h.healthz)
 	r.Get("/readyz", h.readyz)
 	if cfg.Metrics != nil {
-		if cfg.MetricsAuth {
-			r.With(h.require("")).Method(http.MethodGet, "/metrics", cfg.Metrics)
-		} else {
+		if cfg.MetricsPublic {
 			r.Method(http.MethodGet, "/metrics", cfg.Metrics)
+		} else {
+			r.With(h.require(auth.ScopeMetrics)).Method(http.MethodGet, "/metrics", cfg.Metrics)
 		}
 	}
 	write.Post("/v1/subscriptions", h.create)

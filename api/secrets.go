@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/subscription"
 )
 
@@ -24,18 +25,57 @@ const secretPrefixLen = len("whsec_") + 4
 
 var secretIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
-// present returns what an answer shows of sub: signing secrets and
+// present returns what an answer to r shows of sub: signing secrets and
 // endpoint credentials redacted, except the signing secrets whose ids are
 // in shown, made by the request being answered: that answer is the only
-// time their value is ever shown.
-func present(sub *subscription.Subscription, shown map[string]bool) *subscription.Subscription {
-	r := sub.Redacted()
-	for i := range r.Signing.Secrets {
-		if shown[r.Signing.Secrets[i].ID] {
-			r.Signing.Secrets[i].Secret = sub.Signing.Secrets[i].Secret
+// time their value is ever shown. The basic-auth user name, shown to
+// tokens that may change it, is redacted for the others.
+func present(r *http.Request, sub *subscription.Subscription, shown map[string]bool) *subscription.Subscription {
+	out := sub.Redacted()
+	for i := range out.Signing.Secrets {
+		if shown[out.Signing.Secrets[i].ID] {
+			out.Signing.Secrets[i].Secret = sub.Signing.Secrets[i].Secret
 		}
 	}
-	return r
+	if a := out.Endpoint.Auth; a != nil && a.BasicUsername != "" && !allows(r, auth.ScopeWrite) {
+		a.BasicUsername = redacted
+	}
+	return out
+}
+
+// receipt is the answer to a change made with a token that may change a
+// subscription but not read it: what the change made, and no more. The
+// whole subscription would let a write-only token read it all through an
+// empty PATCH.
+type receipt struct {
+	ID        string    `json:"id"`
+	Version   int64     `json:"version"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Signing lists the signing secrets the change made, with their
+	// values: as in every answer, shown once.
+	Signing *receiptSigning `json:"signing,omitempty"`
+}
+
+type receiptSigning struct {
+	Secrets []subscription.SigningSecret `json:"secrets"`
+}
+
+// answerFor returns what the answer to the change r made shows of sub:
+// the subscription for a token that may read it, a receipt otherwise.
+func answerFor(r *http.Request, sub *subscription.Subscription, shown map[string]bool) any {
+	if allows(r, auth.ScopeRead) {
+		return present(r, sub, shown)
+	}
+	rc := receipt{ID: sub.ID, Version: sub.Version, UpdatedAt: sub.UpdatedAt}
+	for _, sec := range sub.Signing.Secrets {
+		if shown[sec.ID] {
+			if rc.Signing == nil {
+				rc.Signing = &receiptSigning{}
+			}
+			rc.Signing.Secrets = append(rc.Signing.Secrets, sec)
+		}
+	}
+	return rc
 }
 
 // allSecrets marks every signing secret of sub as shown.
@@ -152,7 +192,9 @@ func (h *handlers) rotateSigning(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if b.OverlapSeconds != nil {
-			if *b.OverlapSeconds < 0 || time.Duration(*b.OverlapSeconds)*time.Second > MaxRotationOverlap {
+			// Compared in seconds: multiplied first, a huge value would
+			// wrap around into a valid-looking (even negative) Duration.
+			if *b.OverlapSeconds < 0 || *b.OverlapSeconds > int64(MaxRotationOverlap/time.Second) {
 				writeProblem(w, validationProblem([]subscription.FieldError{{Field: "overlap_seconds",
 					Message: fmt.Sprintf("must be between 0 and %d", int64(MaxRotationOverlap/time.Second))}}))
 				return

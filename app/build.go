@@ -115,6 +115,13 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		}
 		log.Info("bootstrap token ensured", "name", "bootstrap", "created", created)
 	}
+	if cfg.MetricsToken != "" {
+		created, err := a.tokens.Ensure(ctx, "metrics", cfg.MetricsToken, []auth.Scope{auth.ScopeMetrics})
+		if err != nil {
+			return nil, &FieldError{Field: "MetricsToken", Err: err}
+		}
+		log.Info("metrics token ensured", "name", "metrics", "created", created)
+	}
 	a.registry, err = nodes.New(a.rdb, nodes.Config{Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
@@ -215,9 +222,9 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, DeadLetters: a.deadLetters,
 			Tester: tester, Nodes: a.registry, Auth: a.tokens,
 		}, api.Config{
-			Logger:      log,
-			Metrics:     a.tel.Metrics,
-			MetricsAuth: cfg.MetricsAuth,
+			Logger:        log,
+			Metrics:       a.tel.Metrics,
+			MetricsPublic: cfg.MetricsPublic,
 			ReadinessChecks: map[string]api.ReadinessCheck{
 				"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
 				"kafka": a.admClient.Ping,
@@ -231,7 +238,10 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			return nil, &FieldError{Field: "HTTPAddr", Err: err}
 		}
 		a.closers = append(a.closers, func() { _ = a.ln.Close() })
-		a.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		// Idle keep-alive connections are closed after IdleTimeout; no
+		// WriteTimeout, as a test delivery or a seek may take as long as
+		// the endpoint's timeout or the drain.
+		a.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	}
 	return a, nil
 }

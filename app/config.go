@@ -59,8 +59,12 @@ type Config struct {
 	// BootstrapToken, when set, is made an admin API token at Build
 	// (idempotent), so a fresh deployment has a first token.
 	BootstrapToken string
-	// MetricsAuth requires an API token on /metrics.
-	MetricsAuth bool
+	// MetricsPublic serves /metrics without a token; by default it needs
+	// one with the metrics (or admin) scope.
+	MetricsPublic bool
+	// MetricsToken, when set, is made an API token with the metrics scope
+	// at Build (idempotent), for the scraper.
+	MetricsToken string
 	// APIShutdownTimeout bounds how long the API finishes the requests in
 	// flight once the node stops. Default 5s.
 	APIShutdownTimeout time.Duration

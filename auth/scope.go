@@ -16,12 +16,15 @@ const (
 	// ScopeWrite allows changing subscriptions: create, replace, patch,
 	// delete, pause, resume, seek, test deliveries and redrive.
 	ScopeWrite Scope = "subscriptions:write"
+	// ScopeMetrics allows scraping GET /metrics, and nothing else: the
+	// scope to give a Prometheus scraper.
+	ScopeMetrics Scope = "metrics"
 	// ScopeAdmin implies every other scope.
 	ScopeAdmin Scope = "admin"
 )
 
 // allScopes lists every scope, in the order they are shown.
-var allScopes = []Scope{ScopeRead, ScopeWrite, ScopeAdmin}
+var allScopes = []Scope{ScopeRead, ScopeWrite, ScopeMetrics, ScopeAdmin}
 
 // Known reports whether s is one of the scopes above.
 func (s Scope) Known() bool { return slices.Contains(allScopes, s) }

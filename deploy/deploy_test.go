@@ -41,7 +41,7 @@ const (
 var knownRoutes = map[string]struct{ served bool }{
 	"/healthz": {served: true},
 	"/readyz":  {served: false},
-	"/metrics": {served: false},
+	"/metrics": {served: true},
 }
 
 // ---- parsing --------------------------------------------------------------
@@ -147,8 +147,15 @@ type podDisruptionBudget struct {
 type serviceMonitor struct {
 	Selector  labelSelector `yaml:"selector"`
 	Endpoints []struct {
-		Port string `yaml:"port"`
-		Path string `yaml:"path"`
+		Port          string `yaml:"port"`
+		Path          string `yaml:"path"`
+		Authorization *struct {
+			Type        string `yaml:"type"`
+			Credentials *struct {
+				Name string `yaml:"name"`
+				Key  string `yaml:"key"`
+			} `yaml:"credentials"`
+		} `yaml:"authorization"`
 	} `yaml:"endpoints"`
 }
 
@@ -723,6 +730,36 @@ func TestEveryKEYHOOKVariableIsAServeFlag(t *testing.T) {
 	}
 }
 
+// TestServiceMonitorSendsTheMetricsToken defends the scrape: keyhook
+// serves /metrics only to a token with the metrics scope (it names
+// endpoint origins), so the ServiceMonitor must send the token that the
+// pods make exist at start, read from the same Secret key.
+func TestServiceMonitorSendsTheMetricsToken(t *testing.T) {
+	k := loadKit(t)
+	if _, ok := serveFlags(t)["metrics-token"]; !ok {
+		t.Fatal("keyhook serve has no --metrics-token: nothing makes the scraper's token exist")
+	}
+	secret := k.only(t, "Secret")
+	if _, ok := secret.StringData["KEYHOOK_METRICS_TOKEN"]; !ok {
+		t.Error("the Secret has no KEYHOOK_METRICS_TOKEN: the pods make no token for the scraper")
+	}
+	if strings.EqualFold(k.configEnv["KEYHOOK_METRICS_PUBLIC"], "true") {
+		t.Error("config.env serves /metrics without a token")
+	}
+	for _, e := range decodeSpec[serviceMonitor](t, k.only(t, "ServiceMonitor")).Endpoints {
+		a := e.Authorization
+		switch {
+		case e.Path != "/metrics":
+		case a == nil || a.Credentials == nil:
+			t.Errorf("the ServiceMonitor scrapes %s without a bearer token: keyhook answers 401", e.Path)
+		case a.Type != "" && a.Type != "Bearer":
+			t.Errorf("the ServiceMonitor authorization type is %q, want Bearer", a.Type)
+		case a.Credentials.Name != secret.Metadata.Name || a.Credentials.Key != "KEYHOOK_METRICS_TOKEN":
+			t.Errorf("the ServiceMonitor sends %s/%s, want %s/KEYHOOK_METRICS_TOKEN", a.Credentials.Name, a.Credentials.Key, secret.Metadata.Name)
+		}
+	}
+}
+
 func TestNodeIDIsThePodName(t *testing.T) {
 	k := loadKit(t)
 	for _, e := range k.container.Env {
@@ -763,13 +800,36 @@ func TestProbePathsAreKeyhookRoutes(t *testing.T) {
 	// redis-server on loopback.
 	brokers := testutil.Kfake(t, 1)
 	redisSrv := testutil.StartRedis(t)
-	node := testutil.StartKeyhook(t, "deploy-probe", "--kafka-brokers", brokers[0], "--redis-url", redisSrv.URL())
+	const metricsToken = "kh_deploy-probe-metrics-token-0123456789abcdef"
+	node := testutil.StartKeyhook(t, "deploy-probe", "--kafka-brokers", brokers[0], "--redis-url", redisSrv.URL(),
+		"--metrics-token", metricsToken)
 	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(path, token string) (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+node.APIAddr+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return client.Do(req)
+	}
 	for p, who := range paths {
 		if _, ok := knownRoutes[p]; !ok {
 			continue // already reported above
 		}
-		resp, err := client.Get("http://" + node.APIAddr + p)
+		token := ""
+		if who == "ServiceMonitor" {
+			// What the ServiceMonitor sends, and what it would get without.
+			token = metricsToken
+			if resp, err := get(p, ""); err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusUnauthorized {
+					t.Errorf("GET %s without a token = %d, want 401", p, resp.StatusCode)
+				}
+			}
+		}
+		resp, err := get(p, token)
 		if err != nil {
 			t.Errorf("GET %s (%s): %v", p, who, err)
 			continue

@@ -2,7 +2,9 @@ package subscription
 
 import (
 	"fmt"
+	"mime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keyhook/keyhook/webhooks"
@@ -17,6 +19,10 @@ const (
 	MaxFollowRedirects = 5
 	// MaxRetryIntervalMS bounds retry.max_interval_ms (one hour).
 	MaxRetryIntervalMS = 3600000
+	// MaxRetryElapsedMS bounds retry.max_elapsed_ms (30 days): longer
+	// than any retention a record could wait in, and far from where
+	// milliseconds overflow a time.Duration.
+	MaxRetryElapsedMS = 30 * 24 * 3600 * 1000
 	// DefaultRotationOverlap is how long a rotated-out secret still signs.
 	DefaultRotationOverlap = 24 * time.Hour
 )
@@ -54,7 +60,9 @@ func (p RetryPolicy) Policy(defaults webhooks.RetryPolicy) webhooks.RetryPolicy 
 	if p.MaxAttempts > 0 {
 		out.MaxAttempts = p.MaxAttempts
 	}
-	if p.MaxElapsedMS > 0 {
+	// Validate bounds every field; the checks here keep a policy that
+	// skipped it from wrapping around into a tiny or negative Duration.
+	if p.MaxElapsedMS > 0 && p.MaxElapsedMS <= MaxRetryElapsedMS {
 		out.MaxElapsed = time.Duration(p.MaxElapsedMS) * time.Millisecond
 	}
 	return out.WithDefaults()
@@ -235,11 +243,23 @@ func (s *Subscription) validateDelivery(add func(field, msg string)) {
 	if err := webhooks.Format(s.Format).Validate(); err != nil {
 		add("format", `must be one of "raw", "cloudevents-binary", "cloudevents-structured", "envelope"`)
 	}
-	if len(s.ContentType) > 255 {
+	// Both go out as header values: CR, LF or NUL in them would fail every
+	// request (or split it), after the subscription had been accepted.
+	switch ct := s.ContentType; {
+	case len(ct) > 255:
 		add("content_type", "must be at most 255 characters")
+	case textProblem(ct) != "":
+		add("content_type", textProblem(ct))
+	case ct != "":
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || !strings.Contains(mt, "/") {
+			add("content_type", "must be a media type such as application/json")
+		}
 	}
-	if len(s.CloudEventsType) > 255 {
+	switch ce := s.CloudEventsType; {
+	case len(ce) > 255:
 		add("cloudevents_type", "must be at most 255 characters")
+	case textProblem(ce) != "":
+		add("cloudevents_type", textProblem(ce))
 	}
 	r := s.Retry
 	if r.InitialIntervalMS < 0 || r.InitialIntervalMS > MaxRetryIntervalMS {
@@ -260,8 +280,8 @@ func (s *Subscription) validateDelivery(add func(field, msg string)) {
 	if r.MaxAttempts < 0 || r.MaxAttempts > 1000 {
 		add("retry.max_attempts", "must be between 0 (unlimited) and 1000")
 	}
-	if r.MaxElapsedMS < 0 {
-		add("retry.max_elapsed_ms", "must not be negative (0 is unlimited)")
+	if r.MaxElapsedMS < 0 || r.MaxElapsedMS > MaxRetryElapsedMS {
+		add("retry.max_elapsed_ms", fmt.Sprintf("must be between 0 (unlimited) and %d", MaxRetryElapsedMS))
 	}
 	if len(s.Signing.Secrets) > MaxSigningSecrets {
 		add("signing.secrets", fmt.Sprintf("must hold at most %d secrets", MaxSigningSecrets))

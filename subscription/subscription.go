@@ -87,6 +87,11 @@ type Endpoint struct {
 	// FollowRedirects is how many 307/308 redirects a delivery follows,
 	// each target checked like the endpoint itself; 0 follows none.
 	FollowRedirects int `json:"follow_redirects,omitempty"`
+	// KeepCredentials, in a request that moves the endpoint to another
+	// origin (scheme, host or port), carries Auth over to the new origin.
+	// Without it such a request must send Auth again or drop it. It
+	// applies to that one request and is never stored.
+	KeepCredentials bool `json:"keep_credentials,omitempty"`
 }
 
 // GroupID is the Kafka consumer group of the subscription.

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -79,6 +80,8 @@ func (s *Subscription) Validate() []FieldError {
 		add("name", "is required")
 	case utf8.RuneCountInString(s.Name) > MaxNameLength:
 		add("name", fmt.Sprintf("must be at most %d characters", MaxNameLength))
+	case textProblem(s.Name) != "":
+		add("name", textProblem(s.Name))
 	}
 
 	switch {
@@ -92,6 +95,10 @@ func (s *Subscription) Validate() []FieldError {
 		field := "topics[" + strconv.Itoa(i) + "]"
 		if msg := topicNameProblem(t); msg != "" {
 			add(field, msg)
+			continue
+		}
+		if internalTopic(t) {
+			add(field, `must not be a Kafka internal topic (one starting with "__")`)
 			continue
 		}
 		if j, dup := first[t]; dup {
@@ -128,6 +135,10 @@ func (s *Subscription) Validate() []FieldError {
 	case dlt == "" || dlt == DeadLetterNone:
 	case topicNameProblem(dlt) != "":
 		add("dead_letter_topic", `must be empty (default), "none", or a topic name: `+topicNameProblem(dlt))
+	case internalTopic(dlt):
+		// Writing into __consumer_offsets or __transaction_state
+		// corrupts the cluster's own bookkeeping.
+		add("dead_letter_topic", `must not be a Kafka internal topic (one starting with "__")`)
 	default:
 		// Dead-lettering into a topic the subscription reads would feed
 		// failed records back to the endpoint that refused them, forever.
@@ -136,6 +147,78 @@ func (s *Subscription) Validate() []FieldError {
 		}
 	}
 	return errs
+}
+
+// ValidateAgainst returns the problems of s's topics and dead-letter
+// topic that only the other stored subscriptions reveal, in field order,
+// or nil. s itself, by ID, is skipped among others.
+//
+// No topic may be both read by a subscription and written by another's
+// dead-lettering: records failed by one endpoint would be delivered to
+// another, and two subscriptions dead-lettering into each other's topics
+// loop forever. So an explicit dead_letter_topic must be a topic no
+// subscription reads, and a subscription must not read a topic that
+// another names as its dead_letter_topic. The default
+// "<topic>.keyhook.dlq" is not counted: each default adds a suffix, so a
+// chain of defaults never comes back to where it started, and reading a
+// default dead-letter topic with another subscription is how dead letters
+// are processed elsewhere.
+func (s *Subscription) ValidateAgainst(others []*Subscription) []FieldError {
+	var errs []FieldError
+	readers := make(map[string]string)
+	dlts := make(map[string]string)
+	for _, o := range others {
+		if o == nil || o.ID == s.ID && s.ID != "" {
+			continue
+		}
+		for _, t := range o.Topics {
+			if _, seen := readers[t]; !seen {
+				readers[t] = o.ID
+			}
+		}
+		if explicitDeadLetterTopic(o.DeadLetterTopic) {
+			if _, seen := dlts[o.DeadLetterTopic]; !seen {
+				dlts[o.DeadLetterTopic] = o.ID
+			}
+		}
+	}
+	for i, t := range s.Topics {
+		if id, ok := dlts[t]; ok {
+			errs = append(errs, FieldError{Field: "topics[" + strconv.Itoa(i) + "]",
+				Message: fmt.Sprintf("is the dead-letter topic of subscription %s: a topic is either read or dead-lettered into, never both, so that dead letters never loop", id)})
+		}
+	}
+	if dlt := s.DeadLetterTopic; explicitDeadLetterTopic(dlt) {
+		if id, ok := readers[dlt]; ok {
+			errs = append(errs, FieldError{Field: "dead_letter_topic",
+				Message: fmt.Sprintf("is read by subscription %s: its dead letters would be delivered again, and can loop", id)})
+		}
+	}
+	return errs
+}
+
+func explicitDeadLetterTopic(dlt string) bool { return dlt != "" && dlt != DeadLetterNone }
+
+// internalTopic reports whether name is reserved for Kafka itself, such
+// as __consumer_offsets and __transaction_state.
+func internalTopic(name string) bool { return strings.HasPrefix(name, "__") }
+
+// textProblem says why s, a free text that keyhook prints (CLI tables,
+// logs) or sends (request headers), cannot be taken, or "" if it can.
+// Control characters (C0 such as ESC, CR, LF and NUL, DEL, C1) would
+// inject terminal escapes, fake table rows or header lines; bidirectional
+// formatting characters and line separators would reorder or break what
+// an operator reads.
+func textProblem(s string) string {
+	for _, r := range s {
+		switch {
+		case unicode.IsControl(r):
+			return "must not contain control characters (such as ESC, CR, LF or NUL)"
+		case unicode.Is(unicode.Bidi_Control, r), unicode.In(r, unicode.Zl, unicode.Zp):
+			return "must not contain bidirectional formatting characters or line separators"
+		}
+	}
+	return ""
 }
 
 // topicNameProblem says what makes name an invalid Kafka topic name, or ""

@@ -37,8 +37,11 @@ type config struct {
 	// BootstrapToken, when set, is made an admin API token at start
 	// (idempotent), so a fresh deployment has a first token.
 	BootstrapToken string
-	// MetricsAuth requires an API token on /metrics.
-	MetricsAuth bool
+	// MetricsPublic serves /metrics without a token.
+	MetricsPublic bool
+	// MetricsToken, when set, is made an API token with the metrics scope
+	// at start (idempotent): the token a Prometheus scraper is given.
+	MetricsToken string
 	// EndpointConcurrency caps the concurrent requests to one endpoint
 	// origin from this node, over every subscription; 0 is no cap. An
 	// endpoint that throttles (429, 503) gets fewer either way.
@@ -74,7 +77,8 @@ func (c config) app(log *slog.Logger) app.Config {
 		Roles:                 roles,
 		HTTPAddr:              c.HTTPAddr,
 		BootstrapToken:        c.BootstrapToken,
-		MetricsAuth:           c.MetricsAuth,
+		MetricsPublic:         c.MetricsPublic,
+		MetricsToken:          c.MetricsToken,
 		AllowPrivateEndpoints: c.AllowPrivateEndpoints,
 		RequestTimeout:        c.RequestTimeout,
 		EndpointConcurrency:   c.EndpointConcurrency,
@@ -165,7 +169,8 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
 	fs.IntVar(&c.EndpointConcurrency, "endpoint-concurrency", 0, "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)")
 	fs.StringVar(&c.TracesExporter, "traces-exporter", "", "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none")
-	fs.BoolVar(&c.MetricsAuth, "metrics-auth", false, "require an API token on /metrics (off: metrics are scraped inside the cluster without one)")
+	fs.StringVar(&c.MetricsToken, "metrics-token", "", "an API token to make exist, with only the metrics scope, at start: the scraper's (prefer KEYHOOK_METRICS_TOKEN)")
+	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "serve /metrics without a token (off: it needs a token with the metrics scope, as it names endpoint origins)")
 
 	fs.BoolVar(&c.Kafka.TLS, "kafka-tls", false, "connect to the Kafka brokers over TLS (system roots unless --kafka-tls-ca-file)")
 	fs.StringVar(&c.Kafka.TLSCAFile, "kafka-tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (needs --kafka-tls)")

@@ -59,6 +59,7 @@ var appFlags = map[string]string{
 	"Roles":               "roles",
 	"HTTPAddr":            "http-addr",
 	"BootstrapToken":      "bootstrap-token",
+	"MetricsToken":        "metrics-token",
 	"RequestTimeout":      "request-timeout",
 	"EndpointConcurrency": "endpoint-concurrency",
 	"FlushInterval":       "flush-interval",

@@ -46,7 +46,7 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	switch verb {
 	case "create":
 		fs.StringVar(&name, "name", "", "token name: 1-64 of [A-Za-z0-9._-], unique")
-		fs.StringVar(&scopes, "scopes", "", "comma-separated scopes: subscriptions:read, subscriptions:write, admin")
+		fs.StringVar(&scopes, "scopes", "", "comma-separated scopes: subscriptions:read, subscriptions:write, metrics, admin")
 	case "list", "revoke":
 	default:
 		fmt.Fprint(stderr, tokenUsage)

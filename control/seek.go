@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
 )
 
 // SubscriptionUpdater changes a stored subscription atomically;
@@ -20,10 +21,10 @@ type SubscriptionUpdater interface {
 	Update(ctx context.Context, id string, expectedVersion int64, fn func(*subscription.Subscription) error) (*subscription.Subscription, error)
 }
 
-// TrackingResetter forgets a subscription's tracking state;
+// TrackingResetter forgets the tracking state of partitions;
 // tracking.Store implements it.
 type TrackingResetter interface {
-	DeleteSubscription(ctx context.Context, subscriptionID string) error
+	DeletePartitions(ctx context.Context, pks []tracking.PartitionKey) error
 }
 
 // SeekConfig tunes a Seeker; zero values mean the defaults.
@@ -117,7 +118,13 @@ func (sk *Seeker) rewrite(ctx context.Context, sub *subscription.Subscription, t
 	if err := resp.Error(); err != nil {
 		return nil, fmt.Errorf("control: seek: commit: %w", err)
 	}
-	if err := sk.tracker.DeleteSubscription(ctx, sub.ID); err != nil {
+	// Only the sought partitions forget what was acked: the others resume
+	// at their commit and must still skip what they acked above it.
+	var sought []tracking.PartitionKey
+	targets.Each(func(o kadm.Offset) {
+		sought = append(sought, tracking.PartitionKey{Subscription: sub.ID, Topic: o.Topic, Partition: o.Partition})
+	})
+	if err := sk.tracker.DeletePartitions(ctx, sought); err != nil {
 		return nil, fmt.Errorf("control: seek: reset tracking: %w", err)
 	}
 	out := &subscription.SeekResult{SubscriptionID: sub.ID, Partitions: []subscription.SeekedPartition{}}

@@ -288,6 +288,31 @@ func (s *Store) DeleteSubscription(ctx context.Context, subscriptionID string) e
 	return nil
 }
 
+// DeletePartitions forgets the tracking state of the given partitions
+// only: a seek of some partitions must not make the others deliver again
+// what they acked above their commit. The keys live in different slots
+// on a cluster, so each is unlinked by its own command, pipelined.
+func (s *Store) DeletePartitions(ctx context.Context, pks []PartitionKey) error {
+	for _, pk := range pks {
+		if err := pk.validate(); err != nil {
+			return fmt.Errorf("tracking: delete partitions: %w", err)
+		}
+	}
+	if len(pks) == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, pk := range pks {
+			p.Unlink(ctx, s.key(pk))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("tracking: delete partitions: %w", err)
+	}
+	return nil
+}
+
 // scanBatch is the COUNT hint of each SCAN step.
 const scanBatch = 512
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -395,5 +396,25 @@ func TestNewRouterNamesMissingDependencies(t *testing.T) {
 	_, err := NewRouter(Dependencies{Store: new(subscription.Store)}, Config{})
 	if err == nil || !strings.Contains(err.Error(), "Dependencies.URLs") || !strings.Contains(err.Error(), "Dependencies.Auth") {
 		t.Errorf("NewRouter with missing dependencies: err = %v, want one naming each", err)
+	}
+}
+
+// Kafka not answering yet (no group coordinator on a fresh cluster, a
+// broker restarting) is no server error: the operator actions answer 503
+// not-ready naming kafka, with Retry-After, and hide the cause.
+func TestKafkaUnavailableAnswers503NotReady(t *testing.T) {
+	e := newEnv(t)
+	sub := e.create(t, validBody)
+	e.status.set(nil, fmt.Errorf("%w: COORDINATOR_NOT_AVAILABLE at 10.1.2.3:9092", subscription.ErrUnavailable))
+	r := e.do(t, http.MethodGet, "/v1/subscriptions/"+sub.ID+"/status", "")
+	p := wantProblem(t, r, http.StatusServiceUnavailable, slugNotReady)
+	if got := fields(p); len(got) != 1 || got[0] != "kafka" {
+		t.Errorf("problem fields %v, want [kafka]", got)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After on a 503")
+	}
+	if bytes.Contains(r.body, []byte("10.1.2.3")) {
+		t.Errorf("503 body leaks the cause: %s", r.body)
 	}
 }

@@ -563,6 +563,15 @@ func checkContentType(ct string, accept []string) *problem {
 // internal logs err with the request it failed and answers 500 with a
 // detail that says nothing of the cause: internals stay in the log.
 func (h *handlers) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
+	if errors.Is(err, subscription.ErrUnavailable) {
+		// Kafka is not answering yet (a coordinator being elected, a
+		// broker restarting): the client may try again, nothing changed.
+		h.log.WarnContext(r.Context(), "api: "+what, "method", r.Method, "path", r.URL.Path, "error", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, slugNotReady, "kafka is not available; try again shortly",
+			subscription.FieldError{Field: "kafka", Message: "not available"}))
+		return
+	}
 	h.log.ErrorContext(r.Context(), "api: "+what, "method", r.Method, "path", r.URL.Path, "error", err)
 	writeProblem(w, newProblem(http.StatusInternalServerError, slugInternal, "the request could not be completed; it has been logged"))
 }

@@ -392,6 +392,14 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	e.setReady("kafka", errors.New("down"))
 	c.send(e, req{method: "GET", path: "/readyz"}, 503, false)
 	e.setReady("kafka", nil)
+	// 503 from status and seek while Kafka does not answer yet.
+	unavailable := fmt.Errorf("%w: COORDINATOR_NOT_AVAILABLE", subscription.ErrUnavailable)
+	e.status.set(nil, unavailable)
+	c.send(e, req{method: "GET", path: id + "/status", token: e.reader}, 503, false)
+	e.status.set(statusFixture(sub.ID), nil)
+	e.seeker.err = unavailable
+	c.send(e, req{method: "POST", path: id + "/seek", token: e.writer, header: jsonCT, body: `{"to":"latest"}`}, 503, false)
+	e.seeker.err = nil
 
 	// Generated: every /v1 route without a token, with the wrong scope,
 	// on an unknown subscription, with a stale If-Match, an oversized or

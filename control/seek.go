@@ -106,12 +106,16 @@ func (sk *Seeker) rewrite(ctx context.Context, sub *subscription.Subscription, t
 	if err := sk.waitGroupEmpty(ctx, sub.GroupID()); err != nil {
 		return nil, err
 	}
-	before, err := sk.adm.FetchOffsets(ctx, sub.GroupID())
+	before, err := kafkaCall(ctx, func(ctx context.Context) (kadm.OffsetResponses, error) {
+		return sk.adm.FetchOffsets(ctx, sub.GroupID())
+	})
 	// No node has consumed yet: no group, nothing committed.
 	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		return nil, fmt.Errorf("control: seek: read commits: %w", err)
 	}
-	resp, err := sk.adm.CommitOffsets(ctx, sub.GroupID(), targets)
+	resp, err := kafkaCall(ctx, func(ctx context.Context) (kadm.OffsetResponses, error) {
+		return sk.adm.CommitOffsets(ctx, sub.GroupID(), targets)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("control: seek: commit: %w", err)
 	}
@@ -148,11 +152,15 @@ func (sk *Seeker) rewrite(ctx context.Context, sub *subscription.Subscription, t
 // seekTargets resolves the request to one offset per partition, clamped to
 // what each partition retains.
 func (sk *Seeker) seekTargets(ctx context.Context, sub *subscription.Subscription, req subscription.SeekRequest) (kadm.Offsets, error) {
-	starts, err := sk.adm.ListStartOffsets(ctx, sub.Topics...)
+	starts, err := kafkaCall(ctx, func(ctx context.Context) (kadm.ListedOffsets, error) {
+		return sk.adm.ListStartOffsets(ctx, sub.Topics...)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("control: seek: list start offsets: %w", err)
 	}
-	ends, err := sk.adm.ListEndOffsets(ctx, sub.Topics...)
+	ends, err := kafkaCall(ctx, func(ctx context.Context) (kadm.ListedOffsets, error) {
+		return sk.adm.ListEndOffsets(ctx, sub.Topics...)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("control: seek: list end offsets: %w", err)
 	}

@@ -33,11 +33,11 @@ func NewStatusReader(adm *kadm.Client, states StateLoader) *StatusReader {
 
 // Status reports every partition of the subscription's topics.
 func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription) (*subscription.Status, error) {
-	ends, err := r.adm.ListEndOffsets(ctx, s.Topics...)
+	ends, err := kafkaCall(ctx, func(ctx context.Context) (kadm.ListedOffsets, error) { return r.adm.ListEndOffsets(ctx, s.Topics...) })
 	if err != nil {
 		return nil, fmt.Errorf("control: status: list end offsets: %w", err)
 	}
-	commits, err := r.adm.FetchOffsets(ctx, s.GroupID())
+	commits, err := kafkaCall(ctx, func(ctx context.Context) (kadm.OffsetResponses, error) { return r.adm.FetchOffsets(ctx, s.GroupID()) })
 	// No node has consumed yet: no group, nothing committed.
 	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		return nil, fmt.Errorf("control: status: fetch offsets: %w", err)

@@ -19,6 +19,11 @@ import (
 // stored. Compare with errors.Is.
 var ErrNotFound = errors.New("subscription: not found")
 
+// ErrUnavailable marks an operation on a subscription's Kafka side that
+// could not be done because Kafka does not answer yet (no group
+// coordinator, a broker restarting): the caller may try again shortly.
+var ErrUnavailable = errors.New("subscription: kafka is not available; try again")
+
 // IDPrefix starts every subscription id.
 const IDPrefix = "sub_"
 

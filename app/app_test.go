@@ -1,9 +1,11 @@
 package app_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -143,5 +145,44 @@ func TestNodeDeliversThroughTheAPIAndStopsCleanly(t *testing.T) {
 	}
 	if list, err := reg.List(context.Background()); err != nil || len(list) != 0 {
 		t.Errorf("registry lists %v, %v after Run returned; want the node removed", list, err)
+	}
+}
+
+// The API closes a keep-alive connection that stays idle past
+// APIIdleTimeout: idle clients cannot hold connections forever.
+func TestAPIClosesIdleConnections(t *testing.T) {
+	rdb := testutil.StartRedis(t).Client()
+	a, err := app.Build(context.Background(), app.Config{
+		NodeID: "node-idle", Brokers: []string{"127.0.0.1:1"}, HTTPAddr: "127.0.0.1:0", Roles: app.RoleAPI,
+		APIIdleTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	}, app.Deps{Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	conn, err := net.Dial("tcp", a.APIAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: keyhook\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// Idle now: the server must close the connection on its side.
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	started := time.Now()
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("idle keep-alive connection: read = %v after %v, want EOF (closed by the server)", err, time.Since(started))
 	}
 }

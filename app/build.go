@@ -238,10 +238,10 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			return nil, &FieldError{Field: "HTTPAddr", Err: err}
 		}
 		a.closers = append(a.closers, func() { _ = a.ln.Close() })
-		// Idle keep-alive connections are closed after IdleTimeout; no
+		// Idle keep-alive connections are closed after APIIdleTimeout; no
 		// WriteTimeout, as a test delivery or a seek may take as long as
 		// the endpoint's timeout or the drain.
-		a.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+		a.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: cfg.APIIdleTimeout}
 	}
 	return a, nil
 }

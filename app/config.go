@@ -68,6 +68,10 @@ type Config struct {
 	// APIShutdownTimeout bounds how long the API finishes the requests in
 	// flight once the node stops. Default 5s.
 	APIShutdownTimeout time.Duration
+	// APIIdleTimeout closes a keep-alive connection that sent no request
+	// for this long, so idle clients cannot hold connections forever.
+	// Default 2m.
+	APIIdleTimeout time.Duration
 	// AdminStopTimeout bounds how long a seek waits for every node to leave
 	// the subscription's group. Default the dispatcher's (60s).
 	AdminStopTimeout time.Duration
@@ -163,6 +167,7 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"APIShutdownTimeout", c.APIShutdownTimeout}, {"AdminStopTimeout", c.AdminStopTimeout},
+		{"APIIdleTimeout", c.APIIdleTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"FlushInterval", c.FlushInterval},
 		{"CommitInterval", c.CommitInterval}, {"DrainTimeout", c.DrainTimeout},
 		{"SessionTimeout", c.SessionTimeout}, {"ResyncInterval", c.ResyncInterval},
@@ -209,6 +214,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HTTPAddr == "" {
 		c.HTTPAddr = "127.0.0.1:8080"
+	}
+	if c.APIIdleTimeout == 0 {
+		c.APIIdleTimeout = 2 * time.Minute
 	}
 	if c.APIShutdownTimeout == 0 {
 		c.APIShutdownTimeout = 5 * time.Second

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -37,6 +38,10 @@ type flushReq struct {
 	// snap goes back to the worker's machine when the write succeeded.
 	snap partition.Snapshot
 }
+
+// errRetired answers a snapshot the flusher dropped, unwritten, because
+// its partition is being handed over.
+var errRetired = errors.New("dispatcher: partition handed over; snapshot not written")
 
 // flushResult is what a round hands back to a worker.
 type flushResult struct {
@@ -83,9 +88,11 @@ func (fl *flusher) round(ctx context.Context) {
 	// older snapshot must not follow it.
 	live := reqs[:0]
 	for _, r := range reqs {
-		if !r.w.retired.Load() {
-			live = append(live, r)
+		if r.w.retired.Load() {
+			r.w.pushFlushed(flushResult{snap: r.snap, err: errRetired})
+			continue
 		}
+		live = append(live, r)
 	}
 	if len(live) == 0 {
 		return

@@ -343,7 +343,7 @@ func (g *group) releaseAll(ws []*worker, graceful bool) {
 	defer cancel()
 	var reqs []flushReq
 	for _, w := range ws {
-		if r, ok := w.handover(); ok {
+		if r, ok := w.handover(ctx); ok {
 			reqs = append(reqs, r)
 		}
 	}

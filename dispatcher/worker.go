@@ -96,6 +96,9 @@ type worker struct {
 	// flushing: a snapshot is with the flusher; claiming: a claim is in
 	// flight. Either way the tick hands over no new snapshot.
 	flushing, claiming bool
+	// flushWait, when set, is closed when the snapshot with the flusher
+	// comes back (a handover waits for it).
+	flushWait chan struct{}
 	// claimRetry fires the next try of a refused first claim, after
 	// claimWait.
 	claimRetry *time.Timer
@@ -472,10 +475,15 @@ func (w *worker) flushReq() flushReq {
 // flushed applies the outcome of a flush.
 func (w *worker) flushed(r flushResult) {
 	w.flushing = false
+	if w.flushWait != nil {
+		close(w.flushWait)
+		w.flushWait = nil
+	}
 	if w.m.Fenced() {
 		return
 	}
 	switch err := r.err; {
+	case errors.Is(err, errRetired):
 	case err == nil:
 		// What lets the committer move: the commit never passes what the
 		// tracker holds.
@@ -569,13 +577,31 @@ func (w *worker) abort() {
 // handover retires the worker from the flusher and returns its final
 // state to write; false when it has none to write (never claimed, or
 // fenced). Dispatching stops; deliveries still in flight finish or were
-// aborted by the caller.
-func (w *worker) handover() (req flushReq, ok bool) {
-	w.do(func() {
+// aborted by the caller. A snapshot already with the flusher is waited
+// for, until ctx ends: written after the final state, its older acks
+// would make the next owner deliver again what was acked in between.
+func (w *worker) handover(ctx context.Context) (req flushReq, ok bool) {
+	var sent chan struct{}
+	if !w.do(func() {
 		w.retired.Store(true)
 		w.m.Stop()
 		w.processResults()
 		w.processTracking()
+		if w.flushing {
+			w.flushWait = make(chan struct{})
+			sent = w.flushWait
+		}
+	}) {
+		return req, false
+	}
+	if sent != nil {
+		select {
+		case <-sent:
+		case <-ctx.Done():
+		}
+	}
+	w.do(func() {
+		w.processResults()
 		w.m.SetCommitted(w.committed.Load())
 		w.m.Touch()
 		if w.m.Dirty() {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/tracking/offsets"
+	"github.com/redis/go-redis/v9"
 )
 
 // FlushMany writes every partition in one pipeline and answers each on
@@ -122,5 +124,58 @@ func TestFlushManyRejectsAnInvalidKeyAlone(t *testing.T) {
 	errs := s.FlushMany(ctx, []PartitionFlush{{Key: bad, Flush: Flush{Epoch: 1}}, {Key: pkA, Flush: Flush{Epoch: c.Epoch, Committed: -1}}})
 	if !errors.Is(errs[0], errInvalidKey) || errs[1] != nil {
 		t.Errorf("errors = %v; want invalid key, nil", errs)
+	}
+}
+
+// On Redis Cluster the partitions' keys live in different slots, on
+// different nodes: one FlushMany still writes them all, and loads the
+// scripts again on every node that forgot them.
+func TestFlushManyOnRedisClusterSpansNodes(t *testing.T) {
+	ctx := context.Background()
+	cluster := testutil.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs []PartitionFlush
+	var rs []PartitionRelease
+	for p := range int32(16) {
+		pk := PartitionKey{Subscription: "sub-1", Topic: "orders", Partition: p}
+		c := mustClaim(t, s, pk, "node-a", 1)
+		fs = append(fs, PartitionFlush{Key: pk, Flush: Flush{Epoch: c.Epoch, Watermark: int64(p), Committed: -1}})
+		rs = append(rs, PartitionRelease{Key: pk, Epoch: c.Epoch})
+	}
+	for round := range 2 {
+		for i, err := range s.FlushMany(ctx, fs) {
+			if err != nil {
+				t.Fatalf("round %d: FlushMany partition %d: %v", round, i, err)
+			}
+		}
+		// Every node forgets the scripts: the next round meets NOSCRIPT.
+		if err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, err := range s.ReleaseMany(ctx, rs) {
+		if err != nil {
+			t.Fatalf("ReleaseMany partition %d: %v", i, err)
+		}
+	}
+	var pks []PartitionKey
+	for _, f := range fs {
+		pks = append(pks, f.Key)
+	}
+	st, err := s.Load(ctx, pks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		if p := st[f.Key]; p.Watermark != f.Flush.Watermark || p.Owner != "" {
+			t.Errorf("%s stored watermark %d owner %q; want %d, released", f.Key, p.Watermark, p.Owner, f.Flush.Watermark)
+		}
 	}
 }

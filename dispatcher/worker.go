@@ -634,12 +634,6 @@ func (w *worker) handedOver(r flushResult) (rel tracking.PartitionRelease, ok bo
 	return rel, ok
 }
 
-// end stops the worker's loop and waits for it.
-func (w *worker) end() {
-	w.cancel()
-	<-w.done
-}
-
 func (w *worker) stats() PartitionStats {
 	return PartitionStats{
 		Topic:     w.tp.topic,

@@ -114,6 +114,10 @@ func NewRedis(c RedisConfig) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every keyhook call carries the deadline it can afford (a flush round,
+	// a handover); without this go-redis waits out its own read, write and
+	// dial timeouts instead, whatever the context says.
+	o.ContextTimeoutEnabled = true
 	if o.TLSConfig != nil {
 		if err := c.tlsFiles().apply(o.TLSConfig); err != nil {
 			return nil, err
@@ -164,5 +168,6 @@ func universal(o *redis.Options) *redis.UniversalOptions {
 		ConnMaxLifetime:         o.ConnMaxLifetime,
 		ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
 		TLSConfig:               o.TLSConfig,
+		ContextTimeoutEnabled:   o.ContextTimeoutEnabled,
 	}
 }

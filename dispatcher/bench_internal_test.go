@@ -45,8 +45,12 @@ type noTracker struct{}
 func (noTracker) Claim(context.Context, tracking.PartitionKey, string, int32) (tracking.Claim, error) {
 	return tracking.Claim{}, nil
 }
-func (noTracker) Flush(context.Context, tracking.PartitionKey, tracking.Flush) error { return nil }
-func (noTracker) Release(context.Context, tracking.PartitionKey, int64) error        { return nil }
+func (noTracker) FlushMany(_ context.Context, fs []tracking.PartitionFlush) []error {
+	return make([]error, len(fs))
+}
+func (noTracker) ReleaseMany(_ context.Context, rs []tracking.PartitionRelease) []error {
+	return make([]error, len(rs))
+}
 
 type noSubs struct{}
 

@@ -3,11 +3,15 @@
 // A Node runs one consumer group per subscription. Each assigned partition
 // gets a worker that splits the partition into key lanes (only a lane's head
 // is in flight), bounds the window between the watermark and the fetch
-// position by pausing the fetch, writes its acked ranges to the tracker in
-// batches and lets the group's committer move the Kafka commit to the
-// watermark. On revoke a worker drains, flushes and commits before it lets
-// go; a node that takes a partition over claims it in the tracker (a new
-// epoch fences the old owner) and skips what was already acked.
+// position by pausing the fetch, hands its acked ranges to the node's
+// flusher and lets the group's committer move the Kafka commit to the
+// watermark of the last successful flush. The flusher writes every
+// partition of the node in one pipelined round per tick; a worker's loop
+// never waits on the tracker, so a slow Redis delays commits, not
+// deliveries. On revoke the workers drain, then all of them are flushed in
+// one round, committed, and released in one round, under one deadline; a
+// node that takes a partition over claims it in the tracker (a new epoch
+// fences the old owner) and skips what was already acked.
 //
 // The package knows Kafka and the delivery contract; it knows nothing of
 // HTTP details (webhooks does) nor of Redis (tracking does).

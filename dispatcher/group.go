@@ -312,39 +312,66 @@ func containsPartition(tps map[string][]int32, tp topicPartition) bool {
 }
 
 // releaseAll lets go of workers. Gracefully: drain in-flight deliveries up
-// to DrainTimeout, commit the watermarks, flush and release the claims, so
-// the next owner neither loses nor repeats anything. Otherwise (partitions
-// lost, another node may already own them): abort deliveries and flush what
-// is known; the epoch fences whatever arrives too late.
+// to DrainTimeout, flush all the partitions in one round, commit the
+// watermarks flushed, release the claims in one round, so the next owner
+// neither loses nor repeats anything. Otherwise (partitions lost, another
+// node may already own them): abort deliveries and flush what is known in
+// one round; the epoch fences whatever arrives too late. The tracker's
+// rounds share one deadline: a hung Redis costs a handover that deadline,
+// however many partitions it hands over.
 func (g *group) releaseAll(ws []*worker, graceful bool) {
 	if len(ws) == 0 {
 		return
 	}
-	if !graceful {
+	if graceful {
+		deadline := time.Now().Add(g.n.cfg.DrainTimeout)
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.drain(deadline)
+			}()
+		}
+		wg.Wait()
+	} else {
 		for _, w := range ws {
 			w.abort()
 		}
-		for _, w := range ws {
-			w.stop(false)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	var reqs []flushReq
+	for _, w := range ws {
+		if r, ok := w.handover(ctx); ok {
+			reqs = append(reqs, r)
 		}
-		return
 	}
-	deadline := time.Now().Add(g.n.cfg.DrainTimeout)
-	var wg sync.WaitGroup
-	for _, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.drain(deadline)
-		}()
+	errs := g.n.flusher.write(ctx, reqs)
+	var rels []tracking.PartitionRelease
+	var relWorkers []*worker
+	for i, r := range reqs {
+		if rel, ok := r.w.handedOver(flushResult{snap: r.snap, err: errs[i]}); ok {
+			rels = append(rels, rel)
+			relWorkers = append(relWorkers, r.w)
+		}
 	}
-	wg.Wait()
-	for _, w := range ws {
-		w.flushNow()
+	if graceful {
+		g.commit(ws)
+		// Released, the partition shows no owner until the next one claims.
+		if len(rels) > 0 {
+			for i, err := range g.n.tracker.ReleaseMany(ctx, rels) {
+				if err != nil && !errors.Is(err, tracking.ErrFenced) {
+					relWorkers[i].log.Warn("release failed", "err", err)
+				}
+			}
+		}
 	}
-	g.commit(ws)
 	for _, w := range ws {
-		w.stop(true)
+		w.cancel()
+	}
+	for _, w := range ws {
+		<-w.done
 	}
 }
 

@@ -26,8 +26,10 @@ type Sender interface {
 // tracking.Store implements it.
 type Tracker interface {
 	Claim(ctx context.Context, pk tracking.PartitionKey, owner string, generation int32) (tracking.Claim, error)
-	Flush(ctx context.Context, pk tracking.PartitionKey, f tracking.Flush) error
-	Release(ctx context.Context, pk tracking.PartitionKey, epoch int64) error
+	// FlushMany and ReleaseMany write many partitions in one round trip,
+	// answering each in order.
+	FlushMany(ctx context.Context, fs []tracking.PartitionFlush) []error
+	ReleaseMany(ctx context.Context, rs []tracking.PartitionRelease) []error
 }
 
 // Subscriptions feeds the node the current subscription set;
@@ -47,6 +49,9 @@ type Node struct {
 	tel     *telemetry
 	// budget bounds the bytes all partitions of the node hold.
 	budget *partition.MemoryBudget
+	// flusher writes the tracking state of all partitions, one round per
+	// FlushInterval.
+	flusher *flusher
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -71,6 +76,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
 		budget:  budget,
+		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
 	tel, err := newTelemetry(n)
 	if err != nil {
@@ -95,7 +101,15 @@ func (n *Node) groups() []*group {
 
 // Run follows the subscription set until ctx ends, then stops every group
 // gracefully (drain, flush, commit, leave) and returns once all stopped.
+// The flusher runs until the last group stopped: a group writes its final
+// state itself, but its partitions flush through the flusher until then.
 func (n *Node) Run(ctx context.Context) error {
+	fctx, stopFlusher := context.WithCancel(context.Background())
+	flusherDone := make(chan struct{})
+	go func() {
+		defer close(flusherDone)
+		n.flusher.run(fctx)
+	}()
 	err := n.subs.Watch(ctx, n.cfg.ResyncInterval, n.reconcile)
 	n.mu.Lock()
 	for id, r := range n.runners {
@@ -104,6 +118,8 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.wg.Wait()
+	stopFlusher()
+	<-flusherDone
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("dispatcher: watch subscriptions: %w", err)
 	}

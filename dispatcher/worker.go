@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/partition"
@@ -45,8 +44,11 @@ type result struct {
 // worker owns one assigned partition: a goroutine around the partition's
 // state machine that feeds it fetched records and delivery results, hands
 // what it makes ready to the delivery pool, pauses and resumes the fetch
-// as it decides, and writes its snapshots to the tracker. Other goroutines
-// talk to it through push, pushResult and do, and read what it publishes.
+// as it decides, and hands its snapshots to the node's flusher. Its loop
+// never waits on the tracker: claims and flushes run elsewhere and come
+// back as events, so a slow Redis cannot stall deliveries. Other
+// goroutines talk to it through push, pushResult, pushFlushed and do, and
+// read what it publishes.
 type worker struct {
 	g   *group
 	tp  topicPartition
@@ -59,8 +61,16 @@ type worker struct {
 	mu      sync.Mutex
 	inbox   [][]*kgo.Record
 	results []result
+	flushes []flushResult
+	claims  []claimResult
 	wake    chan struct{}
 	ctrl    chan func()
+
+	// retired is set when the group hands the partition over: the final
+	// state is written by the handover, no longer by the flusher.
+	retired atomic.Bool
+	// bg tracks the claims in flight; run waits for them before it ends.
+	bg sync.WaitGroup
 
 	// committed is the last Kafka commit known: the group's offset at
 	// assignment, then every commit the committer makes. The loop hands
@@ -83,6 +93,22 @@ type worker struct {
 	paused  bool      // the fetch is paused in the client
 	offer   []*record // the batch offered to the pool
 	drained chan struct{}
+	// flushing: a snapshot is with the flusher; claiming: a claim is in
+	// flight. Either way the tick hands over no new snapshot.
+	flushing, claiming bool
+	// flushWait, when set, is closed when the snapshot with the flusher
+	// comes back (a handover waits for it).
+	flushWait chan struct{}
+	// claimRetry fires the next try of a refused first claim, after
+	// claimWait.
+	claimRetry *time.Timer
+	claimWait  *backoff.Backoff
+}
+
+// claimResult is what a claim in flight hands back to the loop.
+type claimResult struct {
+	c   tracking.Claim
+	err error
 }
 
 // published mirrors the machine's positions for other goroutines.
@@ -189,13 +215,15 @@ func (w *worker) do(f func()) bool {
 
 func (w *worker) run() {
 	defer close(w.done)
+	// A claim in flight ends with w.ctx; the loop outlives none.
+	defer w.bg.Wait()
 	// What the partition held goes back to the node's budget.
 	defer w.m.Close()
 	flushT := time.NewTicker(w.g.n.cfg.FlushInterval)
 	defer flushT.Stop()
-	claimRetry := time.NewTimer(0)
-	defer claimRetry.Stop()
-	claimWait := backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
+	w.claimRetry = time.NewTimer(0)
+	defer w.claimRetry.Stop()
+	w.claimWait = backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	// Until the claim succeeds the partition is paused: without the acked
 	// set this node would redeliver what the previous owner finished.
 	w.applyPause()
@@ -224,25 +252,14 @@ func (w *worker) run() {
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-claimRetry.C:
-			if w.m.Claimed() || w.m.Fenced() {
-				continue
+		case <-w.claimRetry.C:
+			if !w.m.Claimed() && !w.m.Fenced() {
+				w.claim()
 			}
-			if err := w.claim(); err != nil {
-				// A refusal means a fresh claim of a newer generation is
-				// stored: its owner releases it, it goes stale, or Kafka
-				// gives this node a newer generation (claim reads it).
-				// Until then the partition is assigned but not claimed,
-				// which status and metrics show.
-				wait := claimWait.Next()
-				w.log.Warn("claim failed; retrying", "err", err, "in", wait)
-				claimRetry.Reset(wait)
-				continue
-			}
-			w.processInbox()
 		case <-w.wake:
 			w.m.SetCommitted(w.committed.Load())
 			w.processResults()
+			w.processTracking()
 			w.processInbox()
 		case send <- head:
 			_ = w.m.Dispatch(head.rec) // head is what Peek returned
@@ -264,22 +281,62 @@ func (w *worker) run() {
 }
 
 // claim takes the partition over in the tracker: a new epoch fences the
-// previous owner, and its acked offsets are skipped here.
-func (w *worker) claim() error {
-	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
-	defer cancel()
+// previous owner, and its acked offsets are skipped here. The claim runs
+// off the loop, which goes on dispatching; its result comes back to
+// claimed.
+func (w *worker) claim() {
+	if w.claiming || w.retired.Load() {
+		return
+	}
+	w.claiming = true
 	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
 		w.gen = gen
 	}
-	c, err := w.g.n.tracker.Claim(ctx, w.pk, w.g.n.cfg.NodeID, w.gen)
-	if err != nil {
-		w.g.countError("claim")
-		return err
+	gen := w.gen
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+		defer cancel()
+		c, err := w.g.n.tracker.Claim(ctx, w.pk, w.g.n.cfg.NodeID, gen)
+		w.mu.Lock()
+		w.claims = append(w.claims, claimResult{c: c, err: err})
+		w.mu.Unlock()
+		w.signal()
+	}()
+}
+
+// claimed applies the result of a claim.
+func (w *worker) claimed(r claimResult) {
+	w.claiming = false
+	if w.m.Fenced() {
+		return
 	}
-	w.epoch = c.Epoch
-	w.m.Claim(c.Acked)
-	w.log.Info("partition claimed", "epoch", c.Epoch, "previous_owner", c.PrevOwner, "acked_ranges", c.Acked.Len())
-	return nil
+	if err := r.err; err != nil {
+		w.g.countError("claim")
+		if w.m.Claimed() {
+			// A claim again after a refused flush: refused in favour of a
+			// newer generation, the partition is another owner's.
+			if errors.Is(err, tracking.ErrFenced) {
+				w.becomeFenced(err)
+			} else {
+				w.log.Warn("claim again failed; will retry", "err", err)
+			}
+			return
+		}
+		// A refusal means a fresh claim of a newer generation is stored:
+		// its owner releases it, it goes stale, or Kafka gives this node a
+		// newer generation (claim reads it). Until then the partition is
+		// assigned but not claimed, which status and metrics show.
+		wait := w.claimWait.Next()
+		w.log.Warn("claim failed; retrying", "err", err, "in", wait)
+		w.claimRetry.Reset(wait)
+		return
+	}
+	w.epoch = r.c.Epoch
+	w.m.Claim(r.c.Acked)
+	w.log.Info("partition claimed", "epoch", r.c.Epoch, "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
+	w.processInbox()
 }
 
 // processInbox offers fetched records to the machine, which accepts them
@@ -330,6 +387,28 @@ func (w *worker) processResults() {
 	}
 }
 
+// pushFlushed hands the worker the outcome of a flush.
+func (w *worker) pushFlushed(r flushResult) {
+	w.mu.Lock()
+	w.flushes = append(w.flushes, r)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// processTracking applies what the tracker answered: claims and flushes.
+func (w *worker) processTracking() {
+	w.mu.Lock()
+	cs, fs := w.claims, w.flushes
+	w.claims, w.flushes = nil, nil
+	w.mu.Unlock()
+	for _, r := range cs {
+		w.claimed(r)
+	}
+	for _, r := range fs {
+		w.flushed(r)
+	}
+}
+
 // publish mirrors the machine for other goroutines and carries out its
 // fetch decision.
 func (w *worker) publish() {
@@ -361,16 +440,26 @@ func (w *worker) applyPause() {
 	}
 }
 
-// flush writes the partition's state to the tracker when it changed.
+// flush hands the partition's state to the node's flusher when it
+// changed. A partition whose previous flush or a claim is still under way
+// skips the tick and stays dirty: what it hands over next is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
-	if !w.m.Dirty() {
+	if w.flushing || w.claiming || w.retired.Load() || !w.m.Dirty() {
 		return
 	}
+	w.flushing = true
+	w.g.n.flusher.submit(w.flushReq())
+}
+
+// flushReq returns the state to write now. The snapshot's acked set is
+// the machine's own, which the loop goes on changing: the request holds a
+// copy.
+func (w *worker) flushReq() flushReq {
 	s := w.m.Snapshot()
 	f := tracking.Flush{
 		Epoch:     w.epoch,
-		Acked:     s.Acked,
+		Acked:     s.Acked.Clone(),
 		Watermark: s.Watermark,
 		Fetched:   s.Next,
 		Committed: s.Committed,
@@ -379,47 +468,41 @@ func (w *worker) flush() {
 		Keys:      int64(s.Keys),
 		Oldest:    s.Oldest,
 	}
-	err := w.writeState(f)
-	if errors.Is(err, tracking.ErrStateLost) {
-		// Redis lost the state (restart without persistence): claim again
-		// and write what this node knows; its acks are true, so nothing is
-		// lost, and the new epoch still fences any older owner.
-		w.log.Warn("tracking state lost; claiming again")
-		if err = w.claim(); err == nil {
-			f.Epoch = w.epoch
-			err = w.writeState(f)
-		}
+	s.Acked = nil
+	return flushReq{w: w, f: f, snap: s}
+}
+
+// flushed applies the outcome of a flush.
+func (w *worker) flushed(r flushResult) {
+	w.flushing = false
+	if w.flushWait != nil {
+		close(w.flushWait)
+		w.flushWait = nil
 	}
-	if errors.Is(err, tracking.ErrFenced) {
+	if w.m.Fenced() {
+		return
+	}
+	switch err := r.err; {
+	case errors.Is(err, errRetired):
+	case err == nil:
+		// What lets the committer move: the commit never passes what the
+		// tracker holds.
+		w.m.Flushed(r.snap)
+	case errors.Is(err, tracking.ErrStateLost):
+		// Redis lost the state (restart without persistence): claim again;
+		// the next tick writes what this node knows. Its acks are true, so
+		// nothing is lost, and the new epoch still fences any older owner.
+		w.log.Warn("tracking state lost; claiming again")
+		w.claim()
+	case errors.Is(err, tracking.ErrFenced):
 		// Another claim is stored. It is a newer owner's, or a zombie's
 		// that re-claimed after Redis lost the state; claiming again with
-		// this node's current generation tells them apart: the store refuses
-		// it only in favour of a newer generation.
-		if err = w.claim(); err == nil {
-			f.Epoch = w.epoch
-			err = w.writeState(f)
-		}
-	}
-	switch {
-	case err == nil:
-		w.m.Flushed(s)
-	case errors.Is(err, tracking.ErrFenced):
-		w.becomeFenced(err)
+		// this node's current generation tells them apart: the store
+		// refuses it only in favour of a newer generation.
+		w.claim()
 	default:
 		w.log.Warn("flush failed; will retry", "err", err)
 	}
-}
-
-func (w *worker) writeState(f tracking.Flush) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	started := time.Now()
-	err := w.g.n.tracker.Flush(ctx, w.pk, f)
-	w.g.tel.flushTime.Record(ctx, time.Since(started).Seconds(), metric.WithAttributeSet(w.g.attrs))
-	if err != nil {
-		w.g.countError("flush")
-	}
-	return err
 }
 
 // becomeFenced stops all work on a partition another owner has claimed:
@@ -491,35 +574,64 @@ func (w *worker) abort() {
 	w.cancelDeliver()
 }
 
-// flushNow writes the state at once (before a final commit).
-func (w *worker) flushNow() {
-	w.do(func() {
-		w.processResults()
-		w.m.Touch()
-		w.flush()
-		w.publish()
-	})
-}
-
-// stop ends the worker after a final flush; with release the claim is
-// handed back (graceful handover) so status shows no owner until the next
-// one claims.
-func (w *worker) stop(release bool) {
-	w.do(func() {
+// handover retires the worker from the flusher and returns its final
+// state to write; false when it has none to write (never claimed, or
+// fenced). Dispatching stops; deliveries still in flight finish or were
+// aborted by the caller. A snapshot already with the flusher is waited
+// for, until ctx ends: written after the final state, its older acks
+// would make the next owner deliver again what was acked in between.
+func (w *worker) handover(ctx context.Context) (req flushReq, ok bool) {
+	var sent chan struct{}
+	if !w.do(func() {
+		w.retired.Store(true)
 		w.m.Stop()
 		w.processResults()
+		w.processTracking()
+		if w.flushing {
+			w.flushWait = make(chan struct{})
+			sent = w.flushWait
+		}
+	}) {
+		return req, false
+	}
+	if sent != nil {
+		select {
+		case <-sent:
+		case <-ctx.Done():
+		}
+	}
+	w.do(func() {
+		w.processResults()
+		w.m.SetCommitted(w.committed.Load())
 		w.m.Touch()
-		w.flush()
-		if release && w.m.Claimed() && !w.m.Fenced() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := w.g.n.tracker.Release(ctx, w.pk, w.epoch); err != nil && !errors.Is(err, tracking.ErrFenced) {
-				w.log.Warn("release failed", "err", err)
-			}
-			cancel()
+		if w.m.Dirty() {
+			req, ok = w.flushReq(), true
+		}
+		w.publish()
+	})
+	return req, ok
+}
+
+// handedOver applies the outcome of the final flush and returns the claim
+// to release, false when the partition is not this node's to release.
+func (w *worker) handedOver(r flushResult) (rel tracking.PartitionRelease, ok bool) {
+	w.do(func() {
+		switch err := r.err; {
+		case err == nil:
+			w.m.Flushed(r.snap)
+		case errors.Is(err, tracking.ErrFenced):
+			w.becomeFenced(err)
+		default:
+			// The next owner delivers again what was acked since the last
+			// successful flush; the commit stays at that flush.
+			w.log.Warn("final flush failed", "err", err)
+		}
+		w.publish()
+		if w.m.Claimed() && !w.m.Fenced() {
+			rel, ok = tracking.PartitionRelease{Key: w.pk, Epoch: w.epoch}, true
 		}
 	})
-	w.cancel()
-	<-w.done
+	return rel, ok
 }
 
 func (w *worker) stats() PartitionStats {

@@ -8,7 +8,8 @@
 // a partition, which gives it a new epoch, then flushes its in-memory
 // state every few milliseconds in one script call that is refused once a
 // newer owner has claimed the partition; a zombie therefore cannot
-// overwrite the state of the node that replaced it. Every multi-step change is one Lua script
+// overwrite the state of the node that replaced it. A node writes all its
+// partitions in one pipelined round trip (FlushMany, ReleaseMany). Every multi-step change is one Lua script
 // (scripts.go), so the state is never half-written.
 //
 // The package owns the HASH's fields, the scripts and the encoding of

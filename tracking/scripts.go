@@ -13,6 +13,13 @@ import (
 // Numbers are written with string.format("%d") because Lua's default
 // number formatting would switch to exponent notation for large values.
 //
+// Flush and release run pipelined (Store.FlushMany, Store.ReleaseMany):
+// one EVALSHA per partition, many partitions in one round trip. EVALSHA
+// needs the script in the server's cache, so the Store loads each script
+// before its first pipeline and again when a server answers NOSCRIPT.
+// Each script touches one key, so a pipeline of them is valid on Redis
+// Cluster whatever slots the keys live in.
+//
 // Scripts name the HASH's fields as F.<name>, never as literals: F is a
 // Lua table that fieldsLua declares at the head of every script from the
 // field constants of keys.go, the ones decodeState reads, so a script and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/keyhook/keyhook/internal/keyspace"
@@ -72,11 +73,16 @@ func (c Config) withDefaults() Config {
 
 // Store reads and writes partitions' tracking state in Redis. It is safe
 // for concurrent use; it holds no state of its own beyond its
-// configuration, so a partition's state is only ever what Redis says.
+// configuration and which scripts it loaded, so a partition's state is
+// only ever what Redis says.
 type Store struct {
 	rdb     redis.UniversalClient
 	keys    keyspace.Keyspace
 	staleMS int64
+
+	// scripts are the hashes of the scripts loaded before pipelining.
+	scriptsMu sync.Mutex
+	scripts   map[string]bool
 }
 
 // New returns a Store over rdb, which the caller keeps ownership of (the
@@ -90,7 +96,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, staleMS: cfg.StaleClaim.Milliseconds()}, nil
+	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, staleMS: cfg.StaleClaim.Milliseconds(),
+		scripts: make(map[string]bool)}, nil
 }
 
 // PartitionKey names one partition of one subscription's topic. The
@@ -199,25 +206,54 @@ type Flush struct {
 // current epoch. Otherwise nothing is written and it returns ErrFenced
 // (another owner claimed pk) or ErrStateLost (pk's key is gone).
 func (s *Store) Flush(ctx context.Context, pk PartitionKey, f Flush) error {
-	if err := pk.validate(); err != nil {
-		return fmt.Errorf("tracking: flush: %w", err)
+	return s.FlushMany(ctx, []PartitionFlush{{Key: pk, Flush: f}})[0]
+}
+
+// PartitionFlush is one partition's state for FlushMany.
+type PartitionFlush struct {
+	Key   PartitionKey
+	Flush Flush
+}
+
+// FlushMany writes every state of fs as Flush does, all in one pipelined
+// round trip under ctx's one deadline: a node writes all its partitions
+// per tick at the cost of one. Each write stands alone (a fenced or lost
+// partition does not stop the others). It returns one error per element
+// of fs, in its order, nil for a write that was made.
+func (s *Store) FlushMany(ctx context.Context, fs []PartitionFlush) []error {
+	errs := make([]error, len(fs))
+	var calls []scriptCall
+	var idx []int
+	for i, pf := range fs {
+		if err := pf.Key.validate(); err != nil {
+			errs[i] = fmt.Errorf("tracking: flush: %w", err)
+			continue
+		}
+		f := pf.Flush
+		var acked []byte
+		if f.Acked != nil {
+			acked = f.Acked.AppendBinary(nil)
+		} else {
+			acked = (&offsets.Set{}).AppendBinary(nil)
+		}
+		var oldest int64
+		if !f.Oldest.IsZero() {
+			oldest = f.Oldest.UnixMilli()
+		}
+		calls = append(calls, scriptCall{key: s.key(pf.Key), args: []any{
+			f.Epoch, acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys}})
+		idx = append(idx, i)
 	}
-	var acked []byte
-	if f.Acked != nil {
-		acked = f.Acked.AppendBinary(nil)
-	} else {
-		acked = (&offsets.Set{}).AppendBinary(nil)
+	for j, res := range s.runMany(ctx, flushCmd, calls) {
+		i := idx[j]
+		pk, epoch := fs[i].Key, fs[i].Flush.Epoch
+		if res.err != nil {
+			errs[i] = fmt.Errorf("tracking: flush %s: %w", pk, res.err)
+			continue
+		}
+		errs[i] = fencedReply("flush", pk, epoch, res.reply)
 	}
-	var oldest int64
-	if !f.Oldest.IsZero() {
-		oldest = f.Oldest.UnixMilli()
-	}
-	res, err := flushCmd.Run(ctx, s.rdb, []string{s.key(pk)},
-		f.Epoch, acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys).Slice()
-	if err != nil {
-		return fmt.Errorf("tracking: flush %s: %w", pk, err)
-	}
-	return fencedReply("flush", pk, f.Epoch, res)
+	return errs
 }
 
 // Release clears pk's owner after a graceful handover, iff epoch is still
@@ -225,14 +261,123 @@ func (s *Store) Flush(ctx context.Context, pk PartitionKey, f Flush) error {
 // owner. It returns ErrFenced when another owner claimed pk, and
 // ErrStateLost when pk's key is gone; nothing is written then.
 func (s *Store) Release(ctx context.Context, pk PartitionKey, epoch int64) error {
-	if err := pk.validate(); err != nil {
-		return fmt.Errorf("tracking: release: %w", err)
+	return s.ReleaseMany(ctx, []PartitionRelease{{Key: pk, Epoch: epoch}})[0]
+}
+
+// PartitionRelease is one partition's claim for ReleaseMany.
+type PartitionRelease struct {
+	Key   PartitionKey
+	Epoch int64
+}
+
+// ReleaseMany releases every claim of rs as Release does, all in one
+// pipelined round trip, so a node hands over all its partitions at the
+// cost of one. It returns one error per element of rs, in its order.
+func (s *Store) ReleaseMany(ctx context.Context, rs []PartitionRelease) []error {
+	errs := make([]error, len(rs))
+	var calls []scriptCall
+	var idx []int
+	for i, r := range rs {
+		if err := r.Key.validate(); err != nil {
+			errs[i] = fmt.Errorf("tracking: release: %w", err)
+			continue
+		}
+		calls = append(calls, scriptCall{key: s.key(r.Key), args: []any{r.Epoch}})
+		idx = append(idx, i)
 	}
-	res, err := releaseCmd.Run(ctx, s.rdb, []string{s.key(pk)}, epoch).Slice()
-	if err != nil {
-		return fmt.Errorf("tracking: release %s: %w", pk, err)
+	for j, res := range s.runMany(ctx, releaseCmd, calls) {
+		i := idx[j]
+		if res.err != nil {
+			errs[i] = fmt.Errorf("tracking: release %s: %w", rs[i].Key, res.err)
+			continue
+		}
+		errs[i] = fencedReply("release", rs[i].Key, rs[i].Epoch, res.reply)
 	}
-	return fencedReply("release", pk, epoch, res)
+	return errs
+}
+
+// scriptCall is one run of a single-key script in a pipeline.
+type scriptCall struct {
+	key  string
+	args []any
+}
+
+// scriptResult is a scriptCall's reply or error.
+type scriptResult struct {
+	reply []any
+	err   error
+}
+
+// runMany runs script once per call, pipelined by EVALSHA. The script is
+// loaded before the first pipeline; a server that forgot it since (a
+// restart, SCRIPT FLUSH, a failover) answers NOSCRIPT, and those calls
+// run again, pipelined, once it is loaded anew. On a cluster the
+// pipeline splits by node, one round trip each, in parallel.
+func (s *Store) runMany(ctx context.Context, script *redis.Script, calls []scriptCall) []scriptResult {
+	out := make([]scriptResult, len(calls))
+	if len(calls) == 0 {
+		return out
+	}
+	if !s.loaded(script) {
+		if err := s.load(ctx, script); err != nil {
+			for i := range out {
+				out[i].err = err
+			}
+			return out
+		}
+	}
+	todo := make([]int, len(calls))
+	for i := range todo {
+		todo[i] = i
+	}
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*redis.Cmd, len(todo))
+		// The pipeline's own error is the first command's; each command
+		// carries its own.
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j, i := range todo {
+				cmds[j] = script.EvalSha(ctx, p, []string{calls[i].key}, calls[i].args...)
+			}
+			return nil
+		})
+		var again []int
+		for j, i := range todo {
+			reply, err := cmds[j].Slice()
+			if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+				again = append(again, i)
+				continue
+			}
+			out[i] = scriptResult{reply: reply, err: err}
+		}
+		if len(again) == 0 {
+			return out
+		}
+		if err := s.load(ctx, script); err != nil {
+			for _, i := range again {
+				out[i].err = err
+			}
+			return out
+		}
+		todo = again
+	}
+}
+
+// loaded reports whether script was loaded by this Store.
+func (s *Store) loaded(script *redis.Script) bool {
+	s.scriptsMu.Lock()
+	defer s.scriptsMu.Unlock()
+	return s.scripts[script.Hash()]
+}
+
+// load loads script into the server (every master of a cluster).
+func (s *Store) load(ctx context.Context, script *redis.Script) error {
+	if err := script.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("load script: %w", err)
+	}
+	s.scriptsMu.Lock()
+	s.scripts[script.Hash()] = true
+	s.scriptsMu.Unlock()
+	return nil
 }
 
 // fencedReply turns the reply of an epoch-checked script into an error.

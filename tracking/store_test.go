@@ -306,6 +306,7 @@ func TestFlushAfterRedisLostItsDataReportsStateLost(t *testing.T) {
 type recorder struct {
 	mu        sync.Mutex
 	single    [][]any
+	piped     [][]any
 	pipelines int
 }
 
@@ -324,6 +325,9 @@ func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		r.mu.Lock()
 		r.pipelines++
+		for _, c := range cmds {
+			r.piped = append(r.piped, c.Args())
+		}
 		r.mu.Unlock()
 		return next(ctx, cmds)
 	}
@@ -338,13 +342,13 @@ func (r *recorder) roundTrips() int {
 func (r *recorder) commands() [][]any {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([][]any(nil), r.single...)
+	return append(append([][]any(nil), r.single...), r.piped...)
 }
 
 func (r *recorder) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.single, r.pipelines = nil, 0
+	r.single, r.piped, r.pipelines = nil, nil, 0
 }
 
 func TestFlushIsOneRoundTrip(t *testing.T) {

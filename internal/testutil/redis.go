@@ -72,6 +72,26 @@ func (r *Redis) Restart(keepData bool) {
 	r.start(r.t, bin)
 }
 
+// Pause freezes the server (SIGSTOP) until Continue: its connections stay
+// open and nothing is answered, as when Redis hangs on a slow disk or the
+// network drops its packets. A paused server is continued when the test
+// ends, before it is stopped.
+func (r *Redis) Pause() {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		r.t.Fatalf("pause redis-server: %v", err)
+	}
+	r.t.Cleanup(r.Continue)
+}
+
+// Continue resumes a server Pause froze; it is a no-op otherwise.
+func (r *Redis) Continue() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGCONT)
+}
+
 // Snapshot saves the server's data to disk (SAVE) and keeps a copy of that
 // dump; it returns the copy's path for RestartFromSnapshot. The server goes
 // on serving: what is written after the call is not in the snapshot.

@@ -1,0 +1,134 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keyhook/keyhook/partition"
+	"github.com/keyhook/keyhook/tracking"
+)
+
+// flushTimeout bounds one round of tracking writes: a tick's flush of
+// every partition of the node, or the final flush and release of the
+// partitions a group hands over.
+const flushTimeout = 2 * time.Second
+
+// flusher writes the tracking state of all the node's partitions in one
+// pipelined round per tick. Workers hand it their snapshot without
+// waiting (submit) and get the outcome back as an event their loop
+// processes, like a delivery result: a slow or hung Redis delays the
+// flushes, and so the commits that follow them, never the deliveries.
+type flusher struct {
+	tracker  Tracker
+	interval time.Duration
+
+	mu      sync.Mutex
+	pending []flushReq
+}
+
+// flushReq is one partition's state waiting for a round.
+type flushReq struct {
+	w *worker
+	// f is what the tracker stores, encoded from snap on the worker's loop.
+	f tracking.Flush
+	// snap goes back to the worker's machine when the write succeeded.
+	snap partition.Snapshot
+}
+
+// errRetired answers a snapshot the flusher dropped, unwritten, because
+// its partition is being handed over.
+var errRetired = errors.New("dispatcher: partition handed over; snapshot not written")
+
+// flushResult is what a round hands back to a worker.
+type flushResult struct {
+	snap partition.Snapshot
+	err  error
+}
+
+func newFlusher(tracker Tracker, interval time.Duration) *flusher {
+	return &flusher{tracker: tracker, interval: interval}
+}
+
+// submit queues r for the next round. It never blocks: a worker submits
+// again only once the result of its previous submission came back.
+func (fl *flusher) submit(r flushReq) {
+	fl.mu.Lock()
+	fl.pending = append(fl.pending, r)
+	fl.mu.Unlock()
+}
+
+// run writes what is pending every interval until ctx ends. Rounds never
+// overlap: while one waits on Redis, ticks are dropped and snapshots
+// gather for the next.
+func (fl *flusher) run(ctx context.Context) {
+	t := time.NewTicker(fl.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fl.round(ctx)
+		}
+	}
+}
+
+// round writes every pending state under one deadline and hands each
+// worker its result.
+func (fl *flusher) round(ctx context.Context) {
+	fl.mu.Lock()
+	reqs := fl.pending
+	fl.pending = nil
+	fl.mu.Unlock()
+	// A partition being handed over writes its final state itself; an
+	// older snapshot must not follow it.
+	live := reqs[:0]
+	for _, r := range reqs {
+		if r.w.retired.Load() {
+			r.w.pushFlushed(flushResult{snap: r.snap, err: errRetired})
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	errs := fl.write(ctx, live)
+	for i, r := range live {
+		r.w.pushFlushed(flushResult{snap: r.snap, err: errs[i]})
+	}
+}
+
+// write writes the states of reqs in one pipelined round under ctx and
+// records, per subscription, the round's time and the failed writes. It
+// returns one error per request, in order.
+func (fl *flusher) write(ctx context.Context, reqs []flushReq) []error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	pfs := make([]tracking.PartitionFlush, len(reqs))
+	for i, r := range reqs {
+		pfs[i] = tracking.PartitionFlush{Key: r.w.pk, Flush: r.f}
+	}
+	started := time.Now()
+	errs := fl.tracker.FlushMany(ctx, pfs)
+	took := time.Since(started).Seconds()
+	seen := make(map[*group]bool)
+	for i, r := range reqs {
+		g := r.w.g
+		if !seen[g] {
+			seen[g] = true
+			g.tel.flushTime.Record(context.Background(), took, metric.WithAttributeSet(g.attrs))
+		}
+		if errs[i] != nil {
+			g.countError("flush")
+		}
+	}
+	return errs
+}

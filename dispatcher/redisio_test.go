@@ -1,0 +1,274 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/connect"
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/subscription"
+)
+
+// produceSteadily writes perSecond records a second, round robin over the
+// topic's partitions with 10 keys each, until the returned stop is
+// called; stop returns each partition's end offset.
+func produceSteadily(t *testing.T, brokers []string, topic string, partitions int32, perSecond int) (stop func() map[int32]int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	ends := make(map[int32]int64)
+	var firstErr error
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		i := 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for range perSecond / 100 {
+				p := int32(i) % partitions
+				rec := &kgo.Record{Topic: topic, Partition: p, Key: fmt.Appendf(nil, "k%d", i%(10*int(partitions))),
+					Value: fmt.Appendf(nil, "record-%d", i)}
+				i++
+				cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil && firstErr == nil {
+						firstErr = err
+					}
+					if err == nil && r.Offset+1 > ends[r.Partition] {
+						ends[r.Partition] = r.Offset + 1
+					}
+				})
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() map[int32]int64 {
+		once.Do(func() {
+			cancel()
+			<-done
+			if err := cl.Flush(context.Background()); err != nil {
+				t.Errorf("produce flush: %v", err)
+			}
+			cl.Close()
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr != nil {
+			t.Fatalf("produce: %v", firstErr)
+		}
+		out := make(map[int32]int64, len(ends))
+		for p, e := range ends {
+			out[p] = e
+		}
+		return out
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// perSecond is n events over d, as a rate.
+func perSecond(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+// While Redis hangs, deliveries go on at the rate they had: flushes wait
+// off the partitions' loops. The commit stays where the last successful
+// flush put it, and catches up once Redis answers again.
+func TestHungRedisDoesNotStopDeliveries(t *testing.T) {
+	const topic, partitions = "hung", 4
+	brokers := testutil.Kfake(t, partitions, topic)
+	srv := testutil.StartRedis(t)
+	sink := testutil.StartSink(t)
+	sub := newSub("hung", topic, sink.URL, subscription.OrderKey, 16)
+	startNode(t, brokers, srv.Client(), []*subscription.Subscription{sub}, nil)
+	adm := newAdmin(t, brokers)
+	stop := produceSteadily(t, brokers, topic, partitions, 500)
+	sink.WaitAcked(t, 200, 20*time.Second)
+
+	const window = 2 * time.Second
+	from := time.Now()
+	time.Sleep(window)
+	before := perSecond(sink.CompletedSince(from), time.Since(from))
+
+	srv.Pause()
+	pausedAt := time.Now()
+	// What was flushed before the pause is committed by now.
+	time.Sleep(500 * time.Millisecond)
+	atPause, err := committed(context.Background(), adm, sub.GroupID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5*time.Second - time.Since(pausedAt))
+	during := perSecond(sink.CompletedSince(pausedAt), time.Since(pausedAt))
+	inHang, err := committed(context.Background(), adm, sub.GroupID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Continue()
+	t.Logf("deliveries: %.0f/s before the hang, %.0f/s during the 5 s hang", before, during)
+
+	for p, o := range inHang {
+		if o != atPause[p] {
+			t.Errorf("partition %d: commit moved from %d to %d while Redis hung; it must not pass the last flush", p, atPause[p], o)
+		}
+	}
+	if during < before/2 {
+		t.Errorf("deliveries fell from %.0f/s to %.0f/s while Redis hung; want them to go on", before, during)
+	}
+	ends := stop()
+	waitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
+	for p, end := range ends {
+		if missing := sink.Missing(testutil.TP{Topic: topic, Partition: p}, end); len(missing) > 0 {
+			t.Errorf("partition %d: %d records never delivered, first %d", p, len(missing), missing[0])
+		}
+	}
+}
+
+// A node handing over its partitions while Redis hangs waits one flush
+// deadline for all of them, not one per partition for each flush and
+// release.
+func TestShutdownWithRedisHungTakesOneFlushDeadline(t *testing.T) {
+	const topic, partitions = "hung-stop", 8
+	brokers := testutil.Kfake(t, partitions, topic)
+	srv := testutil.StartRedis(t)
+	sink := testutil.StartSink(t)
+	sub := newSub("hung-stop", topic, sink.URL, subscription.OrderKey, 8)
+	produce(t, brokers, topic, 800, func(i int) string { return fmt.Sprintf("k%d", i%40) }, func(i int) int32 { return int32(i % partitions) })
+	// The client as keyhook builds it: its calls end at their context's
+	// deadline.
+	rdb, err := connect.NewRedis(connect.RedisConfig{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	sink.WaitAcked(t, 800, 30*time.Second)
+
+	srv.Pause()
+	started := time.Now()
+	h.stop(t)
+	took := time.Since(started)
+	t.Logf("node with %d partitions stopped in %v with Redis hung", partitions, took.Round(10*time.Millisecond))
+	// One 2 s flush deadline shared by the final flush and the release;
+	// the rest is leaving the group.
+	if limit := 4 * time.Second; took > limit {
+		t.Errorf("stop took %v with Redis hung; want at most %v (one flush deadline)", took, limit)
+	}
+}
+
+// scriptCounter counts the script calls a Redis client sends, alone or
+// pipelined, and the largest pipeline.
+type scriptCounter struct {
+	mu sync.Mutex
+	scriptCounts
+}
+
+type scriptCounts struct {
+	single    int // script calls sent alone
+	piped     int // script calls sent in pipelines
+	pipelines int // pipelines holding script calls
+	largest   int
+	commands  int // every command, for commands per record
+}
+
+func isScript(c redis.Cmder) bool {
+	n := strings.ToLower(c.Name())
+	return n == "evalsha" || n == "eval"
+}
+
+func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.mu.Lock()
+		s.commands++
+		if isScript(cmd) {
+			s.single++
+		}
+		s.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			if isScript(c) {
+				n++
+			}
+		}
+		s.mu.Lock()
+		s.commands += len(cmds)
+		if n > 0 {
+			s.pipelines++
+			s.piped += n
+			s.largest = max(s.largest, n)
+		}
+		s.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// take returns the counts so far and starts again from zero.
+func (s *scriptCounter) take() scriptCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.scriptCounts
+	s.scriptCounts = scriptCounts{}
+	return out
+}
+
+// Under load every partition is dirty at every tick; a tick writes all of
+// them in one pipeline, not one round trip per partition.
+func TestOneTickFlushesEveryDirtyPartitionInOnePipeline(t *testing.T) {
+	const topic, partitions = "pipelined", 8
+	brokers := testutil.Kfake(t, partitions, topic)
+	rdb := testutil.StartRedis(t).Client()
+	counter := &scriptCounter{}
+	rdb.AddHook(counter)
+	sink := testutil.StartSink(t)
+	sub := newSub("pipelined", topic, sink.URL, subscription.OrderKey, 16)
+	const flushInterval = 20 * time.Millisecond
+	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	produceSteadily(t, brokers, topic, partitions, 800)
+	sink.WaitAcked(t, 400, 20*time.Second)
+
+	counter.take()
+	acked := sink.AckedCount()
+	from := time.Now()
+	time.Sleep(2 * time.Second)
+	got := counter.take()
+	took := time.Since(from)
+	records := sink.AckedCount() - acked
+	ticks := int(took / flushInterval)
+	t.Logf("over %v: %d records, %d pipelines of %d flushes (largest %d), %d flushes alone; %d Redis commands, %.3f per record",
+		took.Round(time.Millisecond), records, got.pipelines, got.piped, got.largest, got.single, got.commands,
+		float64(got.commands)/float64(max(records, 1)))
+	if got.single != 0 {
+		t.Errorf("%d flushes went alone; want every flush in a tick's pipeline", got.single)
+	}
+	if got.largest != partitions {
+		t.Errorf("largest pipeline held %d flushes; want all %d partitions in one", got.largest, partitions)
+	}
+	if got.pipelines > ticks+ticks/5 {
+		t.Errorf("%d pipelines in %d ticks; want at most one per tick", got.pipelines, ticks)
+	}
+}

@@ -1,0 +1,181 @@
+package tracking
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/tracking/offsets"
+	"github.com/redis/go-redis/v9"
+)
+
+// FlushMany writes every partition in one pipeline and answers each on
+// its own: a fenced or lost partition fails alone.
+func TestFlushManyWritesAllPartitionsInOnePipelineAndAnswersEach(t *testing.T) {
+	ctx := context.Background()
+	s, rdb, _ := newStore(t, Config{})
+	const n = 8
+	var fs []PartitionFlush
+	for p := range int32(n) {
+		pk := PartitionKey{Subscription: "sub-1", Topic: "orders", Partition: p}
+		c := mustClaim(t, s, pk, "node-a", 1)
+		fs = append(fs, PartitionFlush{Key: pk, Flush: Flush{Epoch: c.Epoch, Acked: setOf(offsets.Range{Start: 12, End: 14}), Watermark: 10, Fetched: 14, Committed: 9}})
+	}
+	// Partition 1 was taken over by another owner, partition 2's key is gone.
+	mustClaim(t, s, fs[1].Key, "node-b", 2)
+	if err := rdb.Del(ctx, s.key(fs[2].Key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first call loads the script; every later one is one pipeline.
+	if errs := s.FlushMany(ctx, fs[:1]); errs[0] != nil {
+		t.Fatalf("warm-up FlushMany: %v", errs[0])
+	}
+	rec := &recorder{}
+	rdb.AddHook(rec)
+	errs := s.FlushMany(ctx, fs)
+	if rec.roundTrips() != 1 || len(rec.piped) != n {
+		t.Errorf("FlushMany of %d partitions made %d round trips (%v); want 1 pipeline of %d EVALSHA", n, rec.roundTrips(), rec.commands(), n)
+	}
+	for i, err := range errs {
+		switch i {
+		case 1:
+			if !errors.Is(err, ErrFenced) {
+				t.Errorf("partition 1 (claimed by another owner): err = %v; want ErrFenced", err)
+			}
+		case 2:
+			if !errors.Is(err, ErrStateLost) {
+				t.Errorf("partition 2 (key gone): err = %v; want ErrStateLost", err)
+			}
+		default:
+			if err != nil {
+				t.Errorf("partition %d: err = %v; want nil", i, err)
+			}
+		}
+	}
+	st, err := s.Load(ctx, []PartitionKey{fs[0].Key, fs[7].Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pk := range []PartitionKey{fs[0].Key, fs[7].Key} {
+		if p := st[pk]; p.Watermark != 10 || p.Fetched != 14 || !p.Acked.Contains(13) {
+			t.Errorf("%s stored %+v; want the flushed state", pk, p)
+		}
+	}
+
+	var rs []PartitionRelease
+	for _, f := range fs {
+		rs = append(rs, PartitionRelease{Key: f.Key, Epoch: f.Flush.Epoch})
+	}
+	if errs := s.ReleaseMany(ctx, rs[:0]); len(errs) != 0 {
+		t.Fatalf("ReleaseMany of nothing = %v", errs)
+	}
+	if err := s.Release(ctx, rs[3].Key, rs[3].Epoch); err != nil {
+		t.Fatalf("warm-up Release: %v", err)
+	}
+	rec.reset()
+	errs = s.ReleaseMany(ctx, rs)
+	if rec.roundTrips() != 1 {
+		t.Errorf("ReleaseMany made %d round trips (%v); want 1 pipeline", rec.roundTrips(), rec.commands())
+	}
+	if errs[0] != nil || !errors.Is(errs[1], ErrFenced) || !errors.Is(errs[2], ErrStateLost) {
+		t.Errorf("ReleaseMany errors = %v; want nil, fenced, lost, ...", errs)
+	}
+	if st, _ := s.Load(ctx, []PartitionKey{fs[0].Key}); st[fs[0].Key].Owner != "" {
+		t.Errorf("owner after ReleaseMany = %q; want none", st[fs[0].Key].Owner)
+	}
+}
+
+// A server that forgot the scripts (a restart, SCRIPT FLUSH, a failover)
+// answers NOSCRIPT to the pipelined EVALSHA; the Store loads them again
+// and the writes are made.
+func TestFlushManyLoadsScriptsAgainAfterNoScript(t *testing.T) {
+	ctx := context.Background()
+	s, rdb, _ := newStore(t, Config{})
+	c := mustClaim(t, s, pkA, "node-a", 1)
+	if err := s.Flush(ctx, pkA, Flush{Epoch: c.Epoch, Watermark: 1, Committed: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := s.FlushMany(ctx, []PartitionFlush{{Key: pkA, Flush: Flush{Epoch: c.Epoch, Watermark: 7, Committed: -1}}})
+	if errs[0] != nil {
+		t.Fatalf("FlushMany after SCRIPT FLUSH: %v", errs[0])
+	}
+	if st, _ := s.Load(ctx, []PartitionKey{pkA}); st[pkA].Watermark != 7 {
+		t.Errorf("watermark = %d; want 7", st[pkA].Watermark)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, pkA, c.Epoch); err != nil {
+		t.Fatalf("Release after SCRIPT FLUSH: %v", err)
+	}
+}
+
+// An invalid key fails its own element only; the others are written.
+func TestFlushManyRejectsAnInvalidKeyAlone(t *testing.T) {
+	ctx := context.Background()
+	s, _, _ := newStore(t, Config{})
+	c := mustClaim(t, s, pkA, "node-a", 1)
+	bad := PartitionKey{Subscription: "a{b}", Topic: "orders"}
+	errs := s.FlushMany(ctx, []PartitionFlush{{Key: bad, Flush: Flush{Epoch: 1}}, {Key: pkA, Flush: Flush{Epoch: c.Epoch, Committed: -1}}})
+	if !errors.Is(errs[0], errInvalidKey) || errs[1] != nil {
+		t.Errorf("errors = %v; want invalid key, nil", errs)
+	}
+}
+
+// On Redis Cluster the partitions' keys live in different slots, on
+// different nodes: one FlushMany still writes them all, and loads the
+// scripts again on every node that forgot them.
+func TestFlushManyOnRedisClusterSpansNodes(t *testing.T) {
+	ctx := context.Background()
+	cluster := testutil.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs []PartitionFlush
+	var rs []PartitionRelease
+	for p := range int32(16) {
+		pk := PartitionKey{Subscription: "sub-1", Topic: "orders", Partition: p}
+		c := mustClaim(t, s, pk, "node-a", 1)
+		fs = append(fs, PartitionFlush{Key: pk, Flush: Flush{Epoch: c.Epoch, Watermark: int64(p), Committed: -1}})
+		rs = append(rs, PartitionRelease{Key: pk, Epoch: c.Epoch})
+	}
+	for round := range 2 {
+		for i, err := range s.FlushMany(ctx, fs) {
+			if err != nil {
+				t.Fatalf("round %d: FlushMany partition %d: %v", round, i, err)
+			}
+		}
+		// Every node forgets the scripts: the next round meets NOSCRIPT.
+		if err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, err := range s.ReleaseMany(ctx, rs) {
+		if err != nil {
+			t.Fatalf("ReleaseMany partition %d: %v", i, err)
+		}
+	}
+	var pks []PartitionKey
+	for _, f := range fs {
+		pks = append(pks, f.Key)
+	}
+	st, err := s.Load(ctx, pks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		if p := st[f.Key]; p.Watermark != f.Flush.Watermark || p.Owner != "" {
+			t.Errorf("%s stored watermark %d owner %q; want %d, released", f.Key, p.Watermark, p.Owner, f.Flush.Watermark)
+		}
+	}
+}

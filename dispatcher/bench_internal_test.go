@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
@@ -68,7 +69,7 @@ func BenchmarkDeliveryTelemetry(b *testing.B) {
 			}
 			sub := &subscription.Subscription{ID: "sub_bench", Topics: []string{"t"}, Endpoint: subscription.Endpoint{URL: "http://example.com/"}}
 			sub.Normalize()
-			g := &group{n: n, sub: sub, log: n.log}
+			g := &group{n: n, sub: sub, log: n.log, ep: delivery.New(sub, n.cfg.Retry)}
 			g.initTelemetry()
 			w := &worker{g: g, attemptCtx: context.Background(), deliverCtx: context.Background()}
 			rec := &record{Offset: 12345, Payload: &kgo.Record{

@@ -45,6 +45,15 @@ type pool struct {
 	waiting map[*worker]map[task]*time.Timer
 }
 
+// attemptTimeout is the timeout of one attempt of the subscription: its
+// endpoint's, else the node's.
+func (g *group) attemptTimeout() time.Duration {
+	if ms := g.sub.Endpoint.TimeoutMS; ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return g.n.cfg.RequestTimeout
+}
+
 func newPool(g *group) *pool {
 	return &pool{g: g, ready: make(chan struct{}, 1), waiting: make(map[*worker]map[task]*time.Timer)}
 }

@@ -1,8 +1,11 @@
 package dispatcher_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +13,8 @@ import (
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
+	"github.com/keyhook/keyhook/webhooks"
 )
 
 // A record waiting for its retry holds no delivery slot: with
@@ -212,5 +217,66 @@ func TestDrainReleasesRetryingRecordsAtOnce(t *testing.T) {
 	}
 	if got, err := committed(t.Context(), newAdmin(t, brokers), sub.GroupID()); err != nil || got[0] >= ends[0] {
 		t.Errorf("committed after the stop = %v (err %v), want below %v: the record is not acked", got, err, ends)
+	}
+}
+
+// stuckSender's attempts never end on their own: each waits for its
+// context, as one queued at a saturated endpoint limiter does.
+type stuckSender struct{ started chan struct{} }
+
+func (s stuckSender) Attempt(ctx context.Context, _ *webhooks.Request, n int) (webhooks.Attempt, error) {
+	select {
+	case s.started <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return webhooks.Attempt{}, ctx.Err()
+}
+
+func (s stuckSender) Deliver(ctx context.Context, r *webhooks.Request, _ webhooks.RetryPolicy, _ func(webhooks.Attempt)) webhooks.Result {
+	_, err := s.Attempt(ctx, r, 1)
+	return webhooks.Result{Outcome: webhooks.OutcomeRetry, Err: err}
+}
+
+// A drain waits for attempts in flight past its deadline, but not forever:
+// one still running a request timeout later is cut, and the stop ends.
+func TestDrainCutsAttemptsARequestTimeoutPastItsDeadline(t *testing.T) {
+	topic := uniqueTopic(t, "drain-cut")
+	brokers := testutil.Kfake(t, 1, topic)
+	tracker, err := tracking.New(testutil.StartRedis(t).Client(), tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, brokers, topic, 1, func(int) string { return "k" }, func(int) int32 { return 0 })
+	sub := newSub("drain-cut-"+topic, topic, "http://127.0.0.1:1/hook", subscription.OrderKey, 4)
+	const drain, request = 200 * time.Millisecond, 300 * time.Millisecond
+	sender := stuckSender{started: make(chan struct{}, 1)}
+	n, err := dispatcher.New(dispatcher.Config{
+		NodeID: "drain-cut", Brokers: brokers, SessionTimeout: 6 * time.Second,
+		DrainTimeout: drain, RequestTimeout: request,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	}, staticSubs{sub}, sender, tracker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	select {
+	case <-sender.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no attempt started within 30s")
+	}
+	stopped := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stop did not end within 10s: the drain waits forever for a stuck attempt")
+	}
+	took := time.Since(stopped)
+	t.Logf("stop took %v with a stuck attempt, drain %v, request timeout %v", took.Round(time.Millisecond), drain, request)
+	if took < drain+request {
+		t.Errorf("the stop took %v, want the attempt left its request timeout past the drain (%v)", took, drain+request)
 	}
 }

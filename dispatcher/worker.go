@@ -499,7 +499,18 @@ func (w *worker) drain(deadline time.Time) {
 	case <-t.C:
 		w.log.Warn("drain deadline passed; waiting for the attempts in flight to end")
 		w.cancelDeliver()
-		<-drained
+		// Every attempt in flight began before the drain, so its own
+		// timeout ends it by now; one still running waited for its
+		// endpoint's limiter and is cut.
+		cut := time.NewTimer(w.g.attemptTimeout())
+		defer cut.Stop()
+		select {
+		case <-drained:
+		case <-cut.C:
+			w.log.Warn("attempts still in flight a request timeout past the drain deadline; aborting them")
+			w.cancelAttempts()
+			<-drained
+		}
 	}
 }
 

@@ -171,6 +171,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			FlushInterval:    cfg.FlushInterval,
 			CommitInterval:   cfg.CommitInterval,
 			DrainTimeout:     cfg.DrainTimeout,
+			RequestTimeout:   cfg.RequestTimeout,
 			SessionTimeout:   cfg.SessionTimeout,
 			MaxWindow:        cfg.MaxWindow,
 			MaxBufferedBytes: cfg.MaxBufferedBytes,

@@ -845,20 +845,28 @@ func TestProbePathsAreKeyhookRoutes(t *testing.T) {
 	}
 }
 
-func TestGracePeriodOutlastsTheDrain(t *testing.T) {
+// stopMargin is what a stop needs past the drain and the attempts in
+// flight: the final flush, the commit, leaving the group.
+const stopMargin = 5 * time.Second
+
+// A graceful stop outlasts the drain and the longest attempt in flight: a
+// drain lets attempts already in flight run to the request timeout, and a
+// pod killed before they end would have the next owner send them again.
+func TestGracePeriodOutlastsTheDrainAndTheRequestTimeout(t *testing.T) {
 	k := loadKit(t)
 	flags := serveFlags(t)
-	drainOf := func(where, v string) time.Duration {
+	durationOf := func(where, flag, v string) time.Duration {
 		if v == "" {
-			v = flags["drain-timeout"]
+			v = flags[flag]
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			t.Fatalf("%s: drain timeout %q: %v", where, v, err)
+			t.Fatalf("%s: %s %q: %v", where, flag, v, err)
 		}
 		return d
 	}
-	drain := drainOf("config.env", k.configEnv["KEYHOOK_DRAIN_TIMEOUT"])
+	drain := durationOf("config.env", "drain-timeout", k.configEnv["KEYHOOK_DRAIN_TIMEOUT"])
+	request := durationOf("config.env", "request-timeout", k.configEnv["KEYHOOK_REQUEST_TIMEOUT"])
 	spec := k.deployment.Template.Spec
 	if spec.TerminationGracePeriodSeconds == nil {
 		t.Fatal("the Deployment leaves terminationGracePeriodSeconds at Kubernetes' 30s default")
@@ -869,19 +877,22 @@ func TestGracePeriodOutlastsTheDrain(t *testing.T) {
 		preStop = time.Duration(l.PreStop.Sleep.Seconds) * time.Second
 	}
 	// The grace period runs from the preStop hook; SIGTERM comes after it.
-	// Past the drain, the node still flushes, commits and leaves the group.
-	if grace <= preStop+drain {
-		t.Errorf("terminationGracePeriodSeconds %v does not outlast the preStop pause %v plus the drain timeout %v", grace, preStop, drain)
+	// Past the drain, attempts in flight run to their timeout, then the
+	// node flushes, commits and leaves the group.
+	if want := preStop + drain + request + stopMargin; grace < want {
+		t.Errorf("terminationGracePeriodSeconds %v is short of the preStop pause %v + drain timeout %v + request timeout %v + %v margin = %v",
+			grace, preStop, drain, request, stopMargin, want)
 	}
 	for name, s := range keyhookServices(t, k) {
-		d := drainOf("compose "+name, s.Environment["KEYHOOK_DRAIN_TIMEOUT"])
+		d := durationOf("compose "+name, "drain-timeout", s.Environment["KEYHOOK_DRAIN_TIMEOUT"])
+		r := durationOf("compose "+name, "request-timeout", s.Environment["KEYHOOK_REQUEST_TIMEOUT"])
 		g, err := time.ParseDuration(s.StopGracePeriod)
 		if err != nil {
 			t.Errorf("compose %s: stop_grace_period %q: %v", name, s.StopGracePeriod, err)
 			continue
 		}
-		if g <= d {
-			t.Errorf("compose %s: stop_grace_period %v does not outlast the drain timeout %v", name, g, d)
+		if want := d + r + stopMargin; g < want {
+			t.Errorf("compose %s: stop_grace_period %v is short of the drain timeout %v + request timeout %v + %v margin = %v", name, g, d, r, stopMargin, want)
 		}
 	}
 }

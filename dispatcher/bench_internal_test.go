@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
@@ -21,23 +22,16 @@ import (
 // keyhook's own per-delivery work.
 type okSender struct{}
 
-func (okSender) Deliver(_ context.Context, r *webhooks.Request, _ webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result {
-	now := time.Now()
-	a := webhooks.Attempt{Number: 1, Status: 204, Started: now, Duration: time.Millisecond}
+func (okSender) Attempt(_ context.Context, _ *webhooks.Request, n int) (webhooks.Attempt, error) {
+	return webhooks.Attempt{Number: n, Status: 204, Started: time.Now(), Duration: time.Millisecond}, nil
+}
+
+func (s okSender) Deliver(ctx context.Context, r *webhooks.Request, _ webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result {
+	a, _ := s.Attempt(ctx, r, 1)
 	if onAttempt != nil {
 		onAttempt(a)
 	}
-	return webhooks.Result{Outcome: webhooks.OutcomeSuccess, Attempts: 1, Last: a, First: now, LastAt: now}
-}
-
-func (s okSender) DeliverBatch(ctx context.Context, b *webhooks.BatchDelivery, p webhooks.RetryPolicy) webhooks.BatchDeliveryResult {
-	res := s.Deliver(ctx, nil, p, b.OnAttempt)
-	for i := range b.Messages {
-		if b.OnDelivered != nil {
-			b.OnDelivered(i)
-		}
-	}
-	return webhooks.BatchDeliveryResult{Result: res}
+	return webhooks.Result{Outcome: webhooks.OutcomeSuccess, Attempts: 1, Last: a, First: a.Started, LastAt: a.Started}
 }
 
 type noTracker struct{}
@@ -79,9 +73,9 @@ func BenchmarkDeliveryTelemetry(b *testing.B) {
 			}
 			sub := &subscription.Subscription{ID: "sub_bench", Topics: []string{"t"}, Endpoint: subscription.Endpoint{URL: "http://example.com/"}}
 			sub.Normalize()
-			g := &group{n: n, sub: sub, log: n.log}
+			g := &group{n: n, sub: sub, log: n.log, ep: delivery.New(sub, n.cfg.Retry)}
 			g.initTelemetry()
-			w := &worker{g: g, deliverCtx: context.Background()}
+			w := &worker{g: g, attemptCtx: context.Background(), deliverCtx: context.Background()}
 			rec := &record{Offset: 12345, Payload: &kgo.Record{
 				Topic: "t", Partition: 3, Offset: 12345, Key: []byte("customer-42"),
 				Value: make([]byte, 256), Timestamp: time.Now(),
@@ -90,9 +84,11 @@ func BenchmarkDeliveryTelemetry(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				if !g.deliver(w, rec) {
+				f := g.newFlight(w, rec, nil)
+				if _, done := f.step(); !done || !f.acked {
 					b.Fatal("delivery not acked")
 				}
+				w.results = w.results[:0]
 			}
 		})
 	}

@@ -36,8 +36,15 @@ type Config struct {
 	// Default 1s.
 	CommitInterval time.Duration
 	// DrainTimeout bounds how long a revoked partition waits for its
-	// in-flight deliveries before it lets go. Default 10s.
+	// in-flight deliveries before it lets go. Default 10s. Attempts in
+	// flight then still run to their own timeout (see RequestTimeout).
 	DrainTimeout time.Duration
+	// RequestTimeout is the attempt timeout of subscriptions that set no
+	// endpoint timeout: the sender's, told to the node so that a drain
+	// cuts attempts still running that long past its deadline (an attempt
+	// ends by its timeout, but one waiting for its endpoint's limiter has
+	// not started it). Default 30s, the webhooks default.
+	RequestTimeout time.Duration
 	// MaxWindow bounds, per partition, the records between the watermark
 	// and the fetch position; above it fetching the partition pauses, and it
 	// resumes below half of it. Default 10000.
@@ -75,6 +82,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = webhooks.DefaultTimeout
 	}
 	if c.MaxWindow == 0 {
 		c.MaxWindow = 10000
@@ -117,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dispatcher: CommitInterval %v must not be negative", c.CommitInterval)
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("dispatcher: DrainTimeout %v must not be negative", c.DrainTimeout)
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("dispatcher: RequestTimeout %v must not be negative", c.RequestTimeout)
 	case c.MaxWindow < 0:
 		return fmt.Errorf("dispatcher: MaxWindow %d must not be negative", c.MaxWindow)
 	case c.MaxBufferedBytes < 0:

@@ -35,35 +35,36 @@ func DeliveryID(subscription, topic string, partition int32, offset int64) strin
 	return "dlv_" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// deliveryLoop is one slot of the subscription's in-flight budget.
-func (g *group) deliveryLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-g.jobs:
-			g.inFlight.Add(1)
-			acked := g.deliver(j.w, j.rec)
-			g.inFlight.Add(-1)
-			j.w.pushResult(result{rec: j.rec, acked: acked})
-		case b := <-g.batches:
-			g.inFlight.Add(int64(len(b.recs)))
-			g.deliverBatch(b.w, b.recs)
-			g.inFlight.Add(-int64(len(b.recs)))
-		}
-	}
+// flight is one record's delivery, kept by the pool between attempts.
+type flight struct {
+	g   *group
+	w   *worker
+	rec *record
+	id  string
+	// ctx carries the delivery's span; it ends when the partition is
+	// lost, not at the drain deadline, so an attempt in flight then runs to
+	// its own timeout.
+	ctx    context.Context
+	span   trace.Span
+	req    *webhooks.Request
+	reqErr error
+	policy webhooks.RetryPolicy
+	// rt is the budget of the current round of attempts; nil starts a
+	// fresh one.
+	rt *webhooks.Retries
+	// ended, when not nil, is the final result the record starts from: a
+	// batch's spent budget, taken instead of a fresh budget of its own.
+	ended *webhooks.Result
+	// last is the last result, for the span when the flight is stopped.
+	last webhooks.Result
+	// acked is the flight's result once it is done.
+	acked bool
 }
 
-// deliver pushes one record until it is acked (delivered or dead-lettered)
-// or its partition's deliveries are aborted.
-func (g *group) deliver(w *worker, rec *record) bool { return g.deliverFrom(w, rec, nil) }
-
-// deliverFrom is deliver, starting from ended when not nil: the final
-// result of a batch that spent its retry budget, which the record takes
-// as its own instead of a fresh budget.
-func (g *group) deliverFrom(w *worker, rec *record, ended *webhooks.Result) bool {
+// newFlight starts the delivery of rec, from ended when not nil.
+func (g *group) newFlight(w *worker, rec *record, ended *webhooks.Result) *flight {
 	id := DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
-	ctx, span := g.startDelivery(w.deliverCtx, rec, id)
+	ctx, span := g.startDelivery(w.attemptCtx, rec, id)
 	req, reqErr := g.ep.Render(message(g.sub, rec.Payload, id))
 	if req != nil {
 		// The endpoint continues the delivery's trace (the sender replaces
@@ -73,91 +74,167 @@ func (g *group) deliverFrom(w *worker, rec *record, ended *webhooks.Result) bool
 			req.SpanAttributes = attemptAttrs(g, rec, id)
 		}
 	}
-	retrying := false
-	onAttempt := func(a webhooks.Attempt) {
-		g.observeAttempt(ctx, span, a)
-		if webhooks.Classify(a) == webhooks.OutcomeRetry && !retrying {
-			retrying = true
-			g.retrying.Add(1)
-		}
+	return &flight{g: g, w: w, rec: rec, id: id, ctx: ctx, span: span, req: req, reqErr: reqErr, policy: g.ep.Policy(), ended: ended}
+}
+
+func (f *flight) owner() *worker { return f.w }
+func (f *flight) size() int64    { return 1 }
+
+// step makes one attempt, or settles the record once the delivery ended:
+// acked when delivered or dead-lettered, pushed back unacked when its
+// partition's deliveries are aborted.
+func (f *flight) step() (time.Duration, bool) {
+	g := f.g
+	if f.w.deliverCtx.Err() != nil {
+		f.stop()
+		return 0, true
 	}
-	defer func() {
-		if retrying {
-			g.retrying.Add(-1)
+	var res webhooks.Result
+	switch {
+	case f.ended != nil:
+		res, f.ended = *f.ended, nil
+	case f.reqErr != nil:
+		now := time.Now()
+		res = webhooks.Result{Outcome: webhooks.OutcomeFinal, Err: f.reqErr, First: now, LastAt: now,
+			Last: webhooks.Attempt{Err: f.reqErr, Started: now}}
+	default:
+		if f.rt == nil {
+			f.rt = webhooks.NewRetries(f.policy, nil)
 		}
-	}()
-	policy := g.ep.Policy()
-	for {
-		var res webhooks.Result
+		if !f.rt.Done() {
+			wait, more, ok := f.attempt()
+			if !ok {
+				f.stop()
+				return 0, true
+			}
+			if more {
+				return wait, false
+			}
+		}
+		res = f.rt.Result()
+		f.rt = nil
+	}
+	f.last = res
+	switch res.Outcome {
+	case webhooks.OutcomeSuccess:
+		g.delivered.Add(1)
+		g.endDelivery(f.ctx, f.span, f.rec, outcomeDelivered, res)
+		return 0, f.done(true)
+	case webhooks.OutcomeFinal:
+		dlq := g.sub.DeadLetterTopicFor(f.rec.Payload.Topic)
+		if dlq == "" {
+			// Dead-lettering is off: the key blocks and the record is
+			// tried again, with a fresh budget, after the longest backoff.
+			g.log.Warn("delivery failed and dead-lettering is off; key blocked",
+				"topic", f.rec.Payload.Topic, "partition", f.rec.Payload.Partition, "offset", f.rec.Payload.Offset,
+				"status", res.Last.Status, "trace_id", traceID(f.span))
+			f.span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
+			return f.policy.WithDefaults().MaxInterval, false
+		}
+		f.span.AddEvent("dead_letter", trace.WithAttributes(
+			attribute.String("keyhook.dead_letter_topic", dlq),
+			attribute.Int("http.response.status_code", res.Last.Status),
+			attribute.Int("keyhook.attempts", res.Attempts)))
+		// The dead letter is written until it is durable or the drain
+		// deadline passes, whichever comes first.
+		ctx, cancel := withCancelOf(f.ctx, f.w.deliverCtx)
+		err := g.deadLetter(ctx, f.rec, f.id, dlq, res, traceID(f.span))
+		cancel()
 		switch {
-		case ended != nil:
-			res, ended = *ended, nil
-		case reqErr != nil:
-			now := time.Now()
-			res = webhooks.Result{Outcome: webhooks.OutcomeFinal, Err: reqErr, First: now, LastAt: now,
-				Last: webhooks.Attempt{Err: reqErr, Started: now}}
-		default:
-			res = g.n.sender.Deliver(ctx, req, policy, onAttempt)
+		case errors.Is(err, deadletter.ErrLoop):
+			g.endDelivery(f.ctx, f.span, f.rec, outcomeDeadLetterLoop, res)
+			return 0, f.done(true)
+		case err != nil:
+			g.endDelivery(f.ctx, f.span, f.rec, outcomeAborted, res)
+			return 0, f.done(false)
 		}
-		switch res.Outcome {
-		case webhooks.OutcomeSuccess:
-			g.delivered.Add(1)
-			g.endDelivery(ctx, span, rec, outcomeDelivered, res)
-			return true
-		case webhooks.OutcomeFinal:
-			dlq := g.sub.DeadLetterTopicFor(rec.Payload.Topic)
-			if dlq == "" {
-				// Dead-lettering is off: the key blocks and the record is
-				// tried again after the longest backoff.
-				g.log.Warn("delivery failed and dead-lettering is off; key blocked",
-					"topic", rec.Payload.Topic, "partition", rec.Payload.Partition, "offset", rec.Payload.Offset,
-					"status", res.Last.Status, "trace_id", traceID(span))
-				span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-				if !sleepCtx(ctx, policy.MaxInterval) {
-					g.endDelivery(ctx, span, rec, outcomeAborted, res)
-					return false
-				}
-				continue
-			}
-			span.AddEvent("dead_letter", trace.WithAttributes(
-				attribute.String("keyhook.dead_letter_topic", dlq),
-				attribute.Int("http.response.status_code", res.Last.Status),
-				attribute.Int("keyhook.attempts", res.Attempts)))
-			err := g.deadLetter(ctx, rec, id, dlq, res, traceID(span))
-			switch {
-			case errors.Is(err, deadletter.ErrLoop):
-				g.endDelivery(ctx, span, rec, outcomeDeadLetterLoop, res)
-				return true
-			case err != nil:
-				g.endDelivery(ctx, span, rec, outcomeAborted, res)
-				return false
-			}
-			g.deadLettered.Add(1)
-			g.tel.deadLetters.Add(ctx, 1, metric.WithAttributeSet(g.attrs))
-			g.endDelivery(ctx, span, rec, outcomeDeadLettered, res)
-			return true
-		default:
-			g.endDelivery(ctx, span, rec, outcomeAborted, res)
-			return false // aborted: shutdown or lost partition
-		}
+		g.deadLettered.Add(1)
+		g.tel.deadLetters.Add(f.ctx, 1, metric.WithAttributeSet(g.attrs))
+		g.endDelivery(f.ctx, f.span, f.rec, outcomeDeadLettered, res)
+		return 0, f.done(true)
+	default:
+		g.endDelivery(f.ctx, f.span, f.rec, outcomeAborted, res)
+		return 0, f.done(false) // aborted: shutdown or lost partition
 	}
 }
 
-// deliverBatch delivers records assembled by one worker in batch requests
-// (see subscription.Batch, webhooks.Client.DeliverBatch). Every record
-// ends acked or aborted, and a key's records are acked in offset order: a
-// record the endpoint reports failed holds back the later records of its
-// key, and they go again together, every request counting once against
-// the subscription's retry budget. A batch the endpoint refuses for good
-// is delivered record by record, so only a bad record is dead-lettered;
+// attempt makes the round's next attempt: ok is false when it was cut
+// short (the partition is lost), more when the budget wants another after
+// wait.
+func (f *flight) attempt() (wait time.Duration, more, ok bool) {
+	g := f.g
+	a, err := g.n.sender.Attempt(f.ctx, f.req, f.rt.Next())
+	if err != nil {
+		f.last = f.rt.Interrupt(err)
+		return 0, false, false
+	}
+	g.observeAttempt(f.ctx, f.span, a)
+	if webhooks.Classify(a) == webhooks.OutcomeRetry && f.ctx.Err() != nil {
+		// Cut by the abort, not answered by the endpoint: no ack.
+		f.last = f.rt.Interrupt(context.Cause(f.ctx))
+		return 0, false, false
+	}
+	wait, more = f.rt.Record(a)
+	f.last = f.rt.Result()
+	return wait, more, true
+}
+
+// stop ends the flight unacked, its last attempt failed or cut short.
+func (f *flight) stop() {
+	f.g.endDelivery(f.ctx, f.span, f.rec, outcomeAborted, f.last)
+	f.done(false)
+}
+
+// done hands the record's result back to its worker.
+func (f *flight) done(acked bool) bool {
+	f.acked = acked
+	f.w.pushResult(result{rec: f.rec, acked: acked})
+	return true
+}
+
+// withCancelOf is ctx, also cancelled when other ends.
+func withCancelOf(ctx, other context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(other, func() { cancel(context.Cause(other)) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// batchFlight delivers records assembled by one worker in batch requests
+// (see subscription.Batch, webhooks.BatchRetries). Every record ends acked
+// or aborted, and a key's records are acked in offset order: a record the
+// endpoint reports failed holds back the later records of its key, and
+// they go again together, every request counting once against the
+// subscription's retry budget. A batch the endpoint refuses for good is
+// delivered record by record, so only a bad record is dead-lettered;
 // records still failing when the budget is spent are dead-lettered as
-// they are, without a fresh budget each.
-func (g *group) deliverBatch(w *worker, recs []*record) {
-	ctx, span := g.tel.tracer.Start(w.deliverCtx, "process batch "+recs[0].Payload.Topic,
+// they are, without a fresh budget each. Between requests, and between
+// the attempts of those records, it waits off the pool's slots like any
+// flight.
+type batchFlight struct {
+	g    *group
+	w    *worker
+	recs []*record
+	ctx  context.Context
+	span trace.Span
+	br   *webhooks.BatchRetries
+	// each, once the batch request ended short of success, are the
+	// records delivered one at a time in batch order, which keeps each
+	// key's order; cur is the one under way.
+	each  []*record
+	cur   *flight
+	ended *webhooks.Result
+	held  map[*record]bool
+}
+
+func (g *group) newBatchFlight(w *worker, recs []*record) *batchFlight {
+	ctx, span := g.tel.tracer.Start(w.attemptCtx, "process batch "+recs[0].Payload.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
-	defer span.End()
-	res := g.n.sender.DeliverBatch(ctx, &webhooks.BatchDelivery{
+	b := &batchFlight{g: g, w: w, recs: recs, ctx: ctx, span: span}
+	b.br = webhooks.NewBatchRetries(&webhooks.BatchDelivery{
 		Messages: batchMessages(g.sub, recs),
 		Render: func(ms []*webhooks.Message) (*webhooks.Request, error) {
 			req, err := g.ep.RenderBatch(ms)
@@ -168,26 +245,135 @@ func (g *group) deliverBatch(w *worker, recs []*record) {
 		},
 		OnAttempt:   func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) },
 		OnDelivered: func(i int) { g.ackBatched(ctx, w, recs[i]) },
-	}, g.ep.Policy())
+	}, g.ep.Policy(), nil)
+	return b
+}
+
+func (b *batchFlight) owner() *worker { return b.w }
+
+func (b *batchFlight) size() int64 {
+	if b.br == nil {
+		return 1 // one record at a time
+	}
+	return int64(len(b.br.Result().Pending))
+}
+
+func (b *batchFlight) step() (time.Duration, bool) {
+	if b.br != nil {
+		if b.w.deliverCtx.Err() != nil {
+			b.stop()
+			return 0, true
+		}
+		if !b.br.Done() {
+			req, n, ok := b.br.Request()
+			if ok {
+				a, err := b.g.n.sender.Attempt(b.ctx, req, n)
+				if err != nil {
+					b.stop()
+					return 0, true
+				}
+				wait, more := b.br.Record(a)
+				if more && b.ctx.Err() != nil {
+					// Cut by the abort: what the endpoint took is acked,
+					// the rest stays pending.
+					b.stop()
+					return 0, true
+				}
+				if more {
+					return wait, false
+				}
+			}
+		}
+		if !b.settle() {
+			return 0, true
+		}
+	}
+	return b.stepEach()
+}
+
+// settle takes the batch request's end: true when records are left to
+// deliver one at a time.
+func (b *batchFlight) settle() bool {
+	res := b.br.Result()
+	b.br = nil
 	pending := make([]*record, len(res.Pending))
 	for j, i := range res.Pending {
-		pending[j] = recs[i]
+		pending[j] = b.recs[i]
 	}
 	switch {
 	case res.Outcome == webhooks.OutcomeSuccess:
 	case res.Outcome == webhooks.OutcomeFinal && res.Refused:
-		span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-		g.deliverEach(ctx, w, pending, nil, nil)
+		b.span.AddEvent("batch refused; delivering one by one", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
+		b.each = pending
 	case res.Outcome == webhooks.OutcomeFinal:
-		span.AddEvent("retry budget spent", trace.WithAttributes(attribute.Int("keyhook.failed", len(pending)-len(res.Held)), attribute.Int("keyhook.attempts", res.Attempts)))
-		held := make(map[*record]bool, len(res.Held))
+		b.span.AddEvent("retry budget spent", trace.WithAttributes(attribute.Int("keyhook.failed", len(pending)-len(res.Held)), attribute.Int("keyhook.attempts", res.Attempts)))
+		b.held = make(map[*record]bool, len(res.Held))
 		for _, i := range res.Held {
-			held[recs[i]] = true
+			b.held[b.recs[i]] = true
 		}
-		g.deliverEach(ctx, w, pending, &res.Result, held)
+		b.each, b.ended = pending, &res.Result
 	default:
-		g.abortAll(w, pending)
+		b.g.abortAll(b.w, pending)
 	}
+	if len(b.each) == 0 {
+		b.span.End()
+		return false
+	}
+	return true
+}
+
+// stepEach runs the records left one at a time; once one is aborted the
+// rest are too. Held records were taken by the endpoint in the last
+// request and waited only for an earlier record of their key, settled by
+// now.
+func (b *batchFlight) stepEach() (time.Duration, bool) {
+	for len(b.each) > 0 || b.cur != nil {
+		if b.cur == nil {
+			r := b.each[0]
+			b.each = b.each[1:]
+			if b.held[r] {
+				b.g.ackBatched(b.ctx, b.w, r)
+				continue
+			}
+			b.cur = b.g.newFlight(b.w, r, b.ended)
+		}
+		wait, done := b.cur.step()
+		if !done {
+			return wait, false
+		}
+		acked := b.cur.acked
+		b.cur = nil
+		if !acked {
+			b.g.abortAll(b.w, b.each)
+			b.each = nil
+		}
+	}
+	b.span.End()
+	return 0, true
+}
+
+// stop ends the batch unacked: what is pending of the batch request, or
+// the record under way and those after it.
+func (b *batchFlight) stop() {
+	if b.br != nil {
+		b.g.abortAll(b.w, pendingOf(b.recs, b.br.Result().Pending))
+		b.br = nil
+	}
+	if b.cur != nil {
+		b.cur.stop()
+		b.cur = nil
+	}
+	b.g.abortAll(b.w, b.each)
+	b.each = nil
+	b.span.End()
+}
+
+func pendingOf(recs []*record, idx []int) []*record {
+	out := make([]*record, len(idx))
+	for j, i := range idx {
+		out[j] = recs[i]
+	}
+	return out
 }
 
 // batchMessages is recs as webhooks sees a batch: each record's message
@@ -210,26 +396,6 @@ func batchMessages(sub *subscription.Subscription, recs []*record) []webhooks.Ba
 		out[i] = webhooks.BatchMessage{Message: message(sub, r.Payload, id), Group: group}
 	}
 	return out
-}
-
-// deliverEach delivers records one at a time in batch order, which keeps
-// each key's order; once one is aborted the rest are too. With ended, the
-// records start from that final result (a spent batch budget) instead of
-// a fresh budget of their own, except the held ones: the endpoint took
-// them in the last request, and they waited only for an earlier record of
-// their key, settled by now.
-func (g *group) deliverEach(ctx context.Context, w *worker, recs []*record, ended *webhooks.Result, held map[*record]bool) {
-	for i, r := range recs {
-		if held[r] {
-			g.ackBatched(ctx, w, r)
-			continue
-		}
-		if !g.deliverFrom(w, r, ended) {
-			g.abortAll(w, recs[i:])
-			return
-		}
-		w.pushResult(result{rec: r, acked: true})
-	}
 }
 
 func (g *group) abortAll(w *worker, recs []*record) {
@@ -324,15 +490,4 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 			"status", res.Last.Status, "err", err, "trace_id", traceID)
 	}
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

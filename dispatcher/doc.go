@@ -13,6 +13,12 @@
 // node that takes a partition over claims it in the tracker (a new epoch
 // fences the old owner) and skips what was already acked.
 //
+// A subscription's delivery pool has max_in_flight slots, each running one
+// attempt at a time (pool.go): a delivery waiting for its next attempt
+// waits on a timer, off every slot, so a retrying record blocks only its
+// own key. A drain ends those waits at once and lets attempts in flight run
+// to their own timeout.
+//
 // The package knows Kafka and the delivery contract; it knows nothing of
 // HTTP details (webhooks does) nor of Redis (tracking does).
 package dispatcher

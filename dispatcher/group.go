@@ -50,10 +50,12 @@ type group struct {
 	outcomeAttrs map[string]attribute.Set
 
 	// jobs hands ready records to the delivery pool; its MaxInFlight
-	// goroutines bound the subscription's concurrent deliveries on the node.
+	// slots bound the subscription's attempts in flight on the node.
 	jobs chan job
 	// batches does the same for subscriptions that batch.
 	batches chan batchJob
+	// pool runs the deliveries one attempt at a time.
+	pool *pool
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
@@ -87,6 +89,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		batches: make(chan batchJob),
 		workers: make(map[topicPartition]*worker),
 	}
+	g.pool = newPool(g)
 	g.initTelemetry()
 	g.partition = partitionConfig(s, n.cfg.MaxWindow)
 	g.partition.Budget = n.budget
@@ -148,7 +151,7 @@ func (g *group) run(ctx context.Context) error {
 		bg.Add(1)
 		go func() {
 			defer bg.Done()
-			g.deliveryLoop(poolCtx)
+			g.pool.loop(poolCtx)
 		}()
 	}
 	bg.Add(1)
@@ -470,7 +473,11 @@ type GroupStats struct {
 	Subscription string
 	Delivered    int64
 	DeadLettered int64
-	InFlight     int64
+	// InFlight counts the attempts running (a batch request is one), at
+	// most the subscription's MaxInFlight.
+	InFlight int64
+	// Retrying counts the deliveries waiting for their next attempt; they
+	// hold no delivery slot.
 	Retrying     int64
 	CommitErrors int64
 	Partitions   []PartitionStats

@@ -15,11 +15,13 @@ import (
 	"github.com/keyhook/keyhook/webhooks"
 )
 
-// Sender delivers requests, alone or in batches, with retries;
-// webhooks.Client implements it.
+// Sender sends requests; webhooks.Client implements it. The delivery pool
+// makes each attempt itself (Attempt, under a webhooks.Retries) so that a
+// record waiting for a retry holds no slot; a redelivery, alone, lets
+// Deliver retry.
 type Sender interface {
+	Attempt(ctx context.Context, r *webhooks.Request, n int) (webhooks.Attempt, error)
 	Deliver(ctx context.Context, r *webhooks.Request, p webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result
-	DeliverBatch(ctx context.Context, b *webhooks.BatchDelivery, p webhooks.RetryPolicy) webhooks.BatchDeliveryResult
 }
 
 // Tracker keeps partition state where another node can find it;

@@ -89,7 +89,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	t.rebalances, e = m.Int64Counter("keyhook.rebalances", metric.WithDescription("Partitions assigned, revoked or lost."), metric.WithUnit("{partition}"))
 	must(e)
 
-	_, e = m.Int64ObservableGauge("keyhook.in_flight", metric.WithDescription("Deliveries in flight on this node."), metric.WithUnit("{delivery}"),
+	_, e = m.Int64ObservableGauge("keyhook.in_flight", metric.WithDescription("Delivery attempts in flight on this node (a batch request is one); max_in_flight bounds them."), metric.WithUnit("{attempt}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, g := range n.groups() {
 				o.Observe(g.inFlight.Load(), metric.WithAttributeSet(g.attrs))
@@ -97,7 +97,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			return nil
 		}))
 	must(e)
-	_, e = m.Int64ObservableGauge("keyhook.retrying", metric.WithDescription("Deliveries waiting to retry on this node."), metric.WithUnit("{delivery}"),
+	_, e = m.Int64ObservableGauge("keyhook.retrying", metric.WithDescription("Deliveries waiting for their next attempt on this node; they hold no delivery slot."), metric.WithUnit("{delivery}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, g := range n.groups() {
 				o.Observe(g.retrying.Load(), metric.WithAttributeSet(g.attrs))

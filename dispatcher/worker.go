@@ -81,11 +81,22 @@ type worker struct {
 	// pub is what the loop publishes for the committer, stats and gauges.
 	pub published
 
-	ctx           context.Context
-	cancel        context.CancelFunc
+	ctx    context.Context
+	cancel context.CancelFunc
+	// attemptCtx bounds the attempts of the partition's deliveries: it
+	// ends when the partition is lost or fenced, not at the drain
+	// deadline, so a graceful handover lets an attempt in flight finish
+	// (each has its own timeout) rather than repeat it on the next owner.
+	attemptCtx     context.Context
+	cancelAttempts context.CancelFunc
+	// deliverCtx bounds the rest of a delivery (waits, dead-letter
+	// writes); it also ends at the drain deadline.
 	deliverCtx    context.Context
 	cancelDeliver context.CancelFunc
-	done          chan struct{}
+	// noRetries is set once the partition drains or is lost: its
+	// deliveries make no further attempt (see pool.stopRetries).
+	noRetries atomic.Bool
+	done      chan struct{}
 
 	// Loop-owned state.
 	m       *partition.Machine[*kgo.Record]
@@ -166,7 +177,9 @@ func newWorker(g *group, tp topicPartition, gen int32) *worker {
 
 func (w *worker) start(parent context.Context) {
 	w.ctx, w.cancel = context.WithCancel(parent)
-	w.deliverCtx, w.cancelDeliver = context.WithCancel(w.ctx)
+	w.attemptCtx, w.cancelAttempts = context.WithCancel(w.ctx)
+	w.deliverCtx, w.cancelDeliver = context.WithCancel(w.attemptCtx)
+	context.AfterFunc(w.deliverCtx, func() { w.g.pool.stopRetries(w) })
 	go w.run()
 }
 
@@ -515,7 +528,7 @@ func (w *worker) becomeFenced(err error) {
 	w.log.Warn("partition fenced by a newer owner; stopping work on it", "err", err)
 	w.m.Fence()
 	w.pub.fenced.Store(true)
-	w.cancelDeliver()
+	w.cancelAttempts()
 	w.publish()
 }
 
@@ -540,9 +553,12 @@ func (w *worker) committedTo(o int64) {
 	w.signal()
 }
 
-// drain stops dispatching and waits for in-flight deliveries until
-// deadline; what is still in flight then is aborted (it stays pending, the
-// next owner delivers it).
+// drain stops dispatching, ends at once the deliveries waiting for a
+// retry (no further attempt: their last one failed, so the next owner
+// repeats nothing the endpoint took), and waits for the rest until
+// deadline. Past it, what waits (a dead-letter write) is aborted and stays
+// pending, but attempts in flight still run to their own timeout: aborting
+// one the endpoint is processing would have the next owner send it again.
 func (w *worker) drain(deadline time.Time) {
 	var drained chan struct{}
 	if !w.do(func() {
@@ -555,6 +571,7 @@ func (w *worker) drain(deadline time.Time) {
 	}) {
 		return
 	}
+	w.g.pool.stopRetries(w)
 	if drained == nil {
 		return
 	}
@@ -563,15 +580,26 @@ func (w *worker) drain(deadline time.Time) {
 	select {
 	case <-drained:
 	case <-t.C:
-		w.log.Warn("drain deadline passed; aborting in-flight deliveries")
+		w.log.Warn("drain deadline passed; waiting for the attempts in flight to end")
 		w.cancelDeliver()
-		<-drained
+		// Every attempt in flight began before the drain, so its own
+		// timeout ends it by now; one still running waited for its
+		// endpoint's limiter and is cut.
+		cut := time.NewTimer(w.g.attemptTimeout())
+		defer cut.Stop()
+		select {
+		case <-drained:
+		case <-cut.C:
+			w.log.Warn("attempts still in flight a request timeout past the drain deadline; aborting them")
+			w.cancelAttempts()
+			<-drained
+		}
 	}
 }
 
 // abort cancels in-flight deliveries at once (the partition is lost).
 func (w *worker) abort() {
-	w.cancelDeliver()
+	w.cancelAttempts()
 }
 
 // handover retires the worker from the flusher and returns its final

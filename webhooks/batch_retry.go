@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // NoGroup is the Group of a [BatchMessage] whose order does not matter.
@@ -70,59 +71,121 @@ type BatchDeliveryResult struct {
 // partial failure ([ParseBatchResponse]) only the failed messages and the
 // later messages of their groups go again, after the backoff or the
 // endpoint's retry_after, whichever is longer; a batch failing as a whole
-// with a retryable status goes again entire.
+// with a retryable status goes again entire. Like Deliver it holds its
+// goroutine through the waits; [BatchRetries] lets the caller keep them.
 func (c *Client) DeliverBatch(ctx context.Context, b *BatchDelivery, p RetryPolicy) BatchDeliveryResult {
-	pending := make([]int, len(b.Messages))
-	for i := range pending {
-		pending[i] = i
-	}
-	refused := false
-	var held []int
-	res := c.retry(ctx, p, func(ctx context.Context, n int) (step, error) {
-		ms := make([]*Message, len(pending))
-		ids := make([]string, len(pending))
-		for j, i := range pending {
-			ms[j] = b.Messages[i].Message
-			if ms[j] != nil {
-				ids[j] = ms[j].ID
-			}
-		}
-		held = nil
-		req, err := b.Render(ms)
-		if err != nil {
-			refused = true
-			now := c.clock.Now()
-			err = fmt.Errorf("webhooks: render batch: %w", err)
-			return step{a: Attempt{Number: n, Err: err, Started: now}, outcome: OutcomeFinal, err: err}, nil
+	br := NewBatchRetries(b, p, c.clock)
+	for !br.Done() {
+		req, n, ok := br.Request()
+		if !ok {
+			break
 		}
 		a, err := c.limited(ctx, req, n)
 		if err != nil {
-			return step{}, err
+			return br.Interrupt(context.Cause(ctx))
 		}
-		if b.OnAttempt != nil {
-			b.OnAttempt(a)
+		wait, more := br.Record(a)
+		if more && !c.sleep(ctx, wait) {
+			return br.Interrupt(context.Cause(ctx))
 		}
-		br := ParseBatchResponse(a, ids)
-		if br.Outcome == OutcomeFinal {
-			refused = true
-			return step{a: a, outcome: OutcomeFinal, err: br.Err}, nil
+	}
+	return br.Result()
+}
+
+// BatchRetries is a batch delivery spent one request at a time, as
+// [Retries] is for one request: the caller sends each [BatchRetries.Request]
+// (with [Client.Attempt]), hands the attempt to [BatchRetries.Record] and
+// waits as long as it says. [Client.DeliverBatch] is a BatchRetries run to
+// its end on one goroutine. It is not safe for concurrent use.
+type BatchRetries struct {
+	b       *BatchDelivery
+	rt      *Retries
+	clock   Clock
+	pending []int
+	held    []int
+	ids     []string
+	refused bool
+}
+
+// NewBatchRetries returns the delivery of b under p, timed by clock (nil:
+// the system clock); an invalid p ends it at once, as [NewRetries] does.
+func NewBatchRetries(b *BatchDelivery, p RetryPolicy, clock Clock) *BatchRetries {
+	if clock == nil {
+		clock = systemClock{}
+	}
+	br := &BatchRetries{b: b, rt: NewRetries(p, clock), clock: clock, pending: make([]int, len(b.Messages))}
+	for i := range br.pending {
+		br.pending[i] = i
+	}
+	return br
+}
+
+// Request renders the request of the next attempt, numbered n, from the
+// messages still pending, in batch order. A render error refuses the
+// batch: ok is false and the delivery is done.
+func (br *BatchRetries) Request() (req *Request, n int, ok bool) {
+	n = br.rt.Next()
+	ms := make([]*Message, len(br.pending))
+	br.ids = make([]string, len(br.pending))
+	for j, i := range br.pending {
+		ms[j] = br.b.Messages[i].Message
+		if ms[j] != nil {
+			br.ids[j] = ms[j].ID
 		}
-		pending, held = settle(b, pending, br)
-		if len(pending) == 0 {
-			return step{a: a, outcome: OutcomeSuccess}, nil
-		}
-		s := step{a: a, outcome: OutcomeRetry, retryAfter: br.RetryAfter}
-		if Classify(a) == OutcomeSuccess {
-			s.err = br.Err // a 2xx that failed some: say so, not "last status 200"
-		}
-		return s, nil
-	})
+	}
+	br.held = nil
+	req, err := br.b.Render(ms)
+	if err != nil {
+		br.refused = true
+		err = fmt.Errorf("webhooks: render batch: %w", err)
+		br.rt.record(step{a: Attempt{Number: n, Err: err, Started: br.clock.Now()}, outcome: OutcomeFinal, err: err})
+		return nil, n, false
+	}
+	return req, n, true
+}
+
+// Record takes the answer to the last Request: it tells b.OnAttempt,
+// reports the messages it delivered to b.OnDelivered, and returns how long
+// to wait before the next attempt, or more false when the delivery ended.
+func (br *BatchRetries) Record(a Attempt) (wait time.Duration, more bool) {
+	if br.b.OnAttempt != nil {
+		br.b.OnAttempt(a)
+	}
+	res := ParseBatchResponse(a, br.ids)
+	if res.Outcome == OutcomeFinal {
+		br.refused = true
+		return br.rt.record(step{a: a, outcome: OutcomeFinal, err: res.Err})
+	}
+	br.pending, br.held = settle(br.b, br.pending, res)
+	if len(br.pending) == 0 {
+		return br.rt.record(step{a: a, outcome: OutcomeSuccess})
+	}
+	s := step{a: a, outcome: OutcomeRetry, retryAfter: res.RetryAfter}
+	if Classify(a) == OutcomeSuccess {
+		s.err = res.Err // a 2xx that failed some: say so, not "last status 200"
+	}
+	return br.rt.record(s)
+}
+
+// Done reports that the delivery ended: Result says how.
+func (br *BatchRetries) Done() bool { return br.rt.Done() }
+
+// Interrupt ends the delivery without another request, because of cause:
+// OutcomeRetry, its pending messages not to be acked.
+func (br *BatchRetries) Interrupt(cause error) BatchDeliveryResult {
+	br.rt.Interrupt(cause)
+	return br.Result()
+}
+
+// Result is how the delivery ended, or where it stands while it goes on.
+func (br *BatchRetries) Result() BatchDeliveryResult {
+	res := br.rt.Result()
 	out := BatchDeliveryResult{Result: res}
 	if res.Outcome != OutcomeSuccess {
-		out.Pending = pending
-		out.Refused = refused && res.Outcome == OutcomeFinal
+		out.Pending = br.pending
+		out.Refused = br.refused && res.Outcome == OutcomeFinal
 		if res.Outcome == OutcomeFinal && !out.Refused {
-			out.Held = held
+			out.Held = br.held
 		}
 	}
 	return out

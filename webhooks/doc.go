@@ -29,7 +29,10 @@
 //     ([Classify]);
 //   - how long to wait between attempts ([RetryPolicy], honouring
 //     Retry-After), for single requests ([Client.Deliver]) and batches whose
-//     partial failures go again under the same budget ([Client.DeliverBatch]).
+//     partial failures go again under the same budget ([Client.DeliverBatch]);
+//     the same engine one attempt at a time ([Retries], [BatchRetries],
+//     [Client.Attempt]) for callers that keep the waits themselves, so a
+//     request waiting for its retry holds none of their slots.
 //
 // Each concern of an attempt is one small wrapper around the transport, in
 // its own file: tracing (tracing.go), credentials (auth.go), signing

@@ -116,21 +116,48 @@ type Result struct {
 // p should have passed Validate; an invalid policy makes no attempt and
 // returns OutcomeFinal with the validation error, so the mistake surfaces in
 // the dead-letter topic instead of stalling the key forever.
+//
+// Deliver holds its goroutine through the waits between attempts; a
+// caller that runs many deliveries on a few goroutines makes the attempts
+// itself with [Client.Attempt] and a [Retries] instead.
 func (c *Client) Deliver(ctx context.Context, r *Request, p RetryPolicy, onAttempt func(Attempt)) Result {
-	return c.retry(ctx, p, func(ctx context.Context, n int) (step, error) {
-		a, err := c.limited(ctx, r, n)
+	rt := NewRetries(p, c.clock)
+	for !rt.Done() {
+		a, err := c.limited(ctx, r, rt.Next())
 		if err != nil {
-			return step{}, err
+			return rt.Interrupt(context.Cause(ctx))
 		}
 		if onAttempt != nil {
 			onAttempt(a)
 		}
-		s := step{a: a, outcome: Classify(a), retryAfter: a.RetryAfter}
-		if s.outcome == OutcomeFinal {
-			s.err = attemptError(a)
+		if ctx.Err() != nil && Classify(a) == OutcomeRetry {
+			// Ended while the attempt ran: no budget decision on a cut
+			// attempt, and no ack either.
+			rt.note(a)
+			return rt.Interrupt(context.Cause(ctx))
 		}
-		return s, nil
-	})
+		wait, more := rt.Record(a)
+		if more && !c.sleep(ctx, wait) {
+			return rt.Interrupt(context.Cause(ctx))
+		}
+	}
+	return rt.Result()
+}
+
+// Attempt makes attempt n of r inside its endpoint's [Limiter] when the
+// client has ClientConfig.Limiters, and reports its status to it: one step
+// of a delivery whose waits the caller keeps (see [Retries]). It fails,
+// making no attempt, only when ctx ends while it waits for the limiter.
+func (c *Client) Attempt(ctx context.Context, r *Request, n int) (Attempt, error) {
+	return c.limited(ctx, r, n)
+}
+
+// sleep waits d or until ctx ends; false when ctx ended first.
+func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return backoff.Sleep(ctx, c.clock, d) == nil
 }
 
 // step is what one attempt of the retry engine found.
@@ -147,69 +174,125 @@ type step struct {
 	err error
 }
 
-// retry is the package's one retry engine, behind [Client.Deliver] and
-// [Client.DeliverBatch]: it calls try for attempts 1, 2, ... until one
-// succeeds, turns out final, p's budget is spent or ctx ends (try returns
-// an error only then, when no attempt was made). Every attempt counts once
-// against p.MaxAttempts and p.MaxElapsed, whatever it sent. Between
-// attempts it waits for the jittered exponential backoff or the endpoint's
-// wish, whichever is longer, capped at p.MaxInterval.
-func (c *Client) retry(ctx context.Context, p RetryPolicy, try func(ctx context.Context, n int) (step, error)) Result {
-	if err := p.Validate(); err != nil {
-		return Result{Outcome: OutcomeFinal, Err: fmt.Errorf("webhooks: deliver: invalid policy: %w", err)}
-	}
-	p = p.WithDefaults()
-	b, err := backoff.New(backoff.Config{
-		Initial:    p.InitialInterval,
-		Max:        p.MaxInterval,
-		Multiplier: p.Multiplier,
-		Jitter:     p.RandomizationFactor,
-		Clock:      c.clock,
-	})
-	if err != nil { // a valid policy is a valid backoff; kept final, not a panic
-		return Result{Outcome: OutcomeFinal, Err: fmt.Errorf("webhooks: deliver: %w", err)}
-	}
-
-	var res Result
-	for n := 1; ; n++ {
-		s, err := try(ctx, n)
-		if err != nil {
-			return interrupted(ctx, res)
-		}
-		if n == 1 {
-			res.First = s.a.Started
-		}
-		res.Attempts, res.Last, res.LastAt = n, s.a, s.a.Started.Add(s.a.Duration)
-
-		switch s.outcome {
-		case OutcomeSuccess:
-			res.Outcome = OutcomeSuccess
-			return res
-		case OutcomeFinal:
-			res.Outcome, res.Err = OutcomeFinal, s.err
-			return res
-		}
-		if ctx.Err() != nil {
-			return interrupted(ctx, res)
-		}
-
-		if p.MaxAttempts > 0 && n >= p.MaxAttempts {
-			return exhausted(res, fmt.Sprintf("after %d attempts", n), s.err)
-		}
-		wait := min(max(b.Next(), s.retryAfter), p.MaxInterval)
-		if p.MaxElapsed > 0 && c.clock.Now().Sub(res.First)+wait > p.MaxElapsed {
-			return exhausted(res, fmt.Sprintf("after %d attempts within %s", n, p.MaxElapsed), s.err)
-		}
-		if err := backoff.Sleep(ctx, c.clock, wait); err != nil {
-			return interrupted(ctx, res)
-		}
-	}
+// Retries is the package's one retry engine, behind [Client.Deliver] and
+// [Client.DeliverBatch]: one delivery's budget, spent one attempt at a
+// time. The caller makes attempt [Retries.Next], hands it to
+// [Retries.Record], and waits as long as Record says before the next one,
+// however it likes: a delivery pool gives an attempt a slot and lets the
+// record wait for its retry on a timer, without a goroutine.
+//
+// Every attempt counts once against p.MaxAttempts and p.MaxElapsed,
+// whatever it sent. The wait between attempts is the jittered exponential
+// backoff or the endpoint's wish, whichever is longer, capped at
+// p.MaxInterval. A Retries is not safe for concurrent use.
+type Retries struct {
+	p     RetryPolicy
+	clock Clock
+	b     *backoff.Backoff
+	res   Result
+	done  bool
 }
 
-func interrupted(ctx context.Context, res Result) Result {
-	res.Outcome = OutcomeRetry
-	res.Err = fmt.Errorf("webhooks: delivery interrupted: %w", context.Cause(ctx))
-	return res
+// NewRetries returns the budget of one delivery under p, timed by clock
+// (nil: the system clock). p should have passed Validate; an invalid
+// policy gives a Retries that is already done, OutcomeFinal with the
+// validation error, so the mistake surfaces in the dead-letter topic
+// instead of stalling the key forever.
+func NewRetries(p RetryPolicy, clock Clock) *Retries {
+	if clock == nil {
+		clock = systemClock{}
+	}
+	rt := &Retries{clock: clock}
+	if err := p.Validate(); err != nil {
+		rt.end(OutcomeFinal, fmt.Errorf("webhooks: deliver: invalid policy: %w", err))
+		return rt
+	}
+	rt.p = p.WithDefaults()
+	b, err := backoff.New(backoff.Config{
+		Initial:    rt.p.InitialInterval,
+		Max:        rt.p.MaxInterval,
+		Multiplier: rt.p.Multiplier,
+		Jitter:     rt.p.RandomizationFactor,
+		Clock:      clock,
+	})
+	if err != nil { // a valid policy is a valid backoff; kept final, not a panic
+		rt.end(OutcomeFinal, fmt.Errorf("webhooks: deliver: %w", err))
+		return rt
+	}
+	rt.b = b
+	return rt
+}
+
+// Next is the number of the next attempt, from 1.
+func (rt *Retries) Next() int { return rt.res.Attempts + 1 }
+
+// Done reports that the delivery ended: Result says how.
+func (rt *Retries) Done() bool { return rt.done }
+
+// Result is how the delivery ended, or where it stands while it goes on.
+func (rt *Retries) Result() Result { return rt.res }
+
+// Record takes attempt a of a single request: success and final answers
+// end the delivery; otherwise more is true, unless the budget is spent,
+// and wait is how long to wait before the next attempt.
+func (rt *Retries) Record(a Attempt) (wait time.Duration, more bool) {
+	s := step{a: a, outcome: Classify(a), retryAfter: a.RetryAfter}
+	if s.outcome == OutcomeFinal {
+		s.err = attemptError(a)
+	}
+	return rt.record(s)
+}
+
+// Interrupt ends the delivery without another attempt, because of cause
+// (the caller's context ended, or it stopped retrying): OutcomeRetry, which
+// must not be acked.
+func (rt *Retries) Interrupt(cause error) Result {
+	if !rt.done {
+		rt.end(OutcomeRetry, fmt.Errorf("webhooks: delivery interrupted: %w", cause))
+	}
+	return rt.res
+}
+
+func (rt *Retries) end(o Outcome, err error) {
+	rt.res.Outcome, rt.res.Err, rt.done = o, err, true
+}
+
+// note counts attempt a, whatever comes of it.
+func (rt *Retries) note(a Attempt) {
+	n := rt.Next()
+	if n == 1 {
+		rt.res.First = a.Started
+	}
+	rt.res.Attempts, rt.res.Last, rt.res.LastAt = n, a, a.Started.Add(a.Duration)
+}
+
+// record is Record for any kind of attempt.
+func (rt *Retries) record(s step) (time.Duration, bool) {
+	if rt.done {
+		return 0, false
+	}
+	rt.note(s.a)
+	n := rt.res.Attempts
+	switch s.outcome {
+	case OutcomeSuccess:
+		rt.end(OutcomeSuccess, nil)
+		return 0, false
+	case OutcomeFinal:
+		rt.end(OutcomeFinal, s.err)
+		return 0, false
+	}
+	if p := rt.p; p.MaxAttempts > 0 && n >= p.MaxAttempts {
+		rt.res = exhausted(rt.res, fmt.Sprintf("after %d attempts", n), s.err)
+		rt.done = true
+		return 0, false
+	}
+	wait := min(max(rt.b.Next(), s.retryAfter), rt.p.MaxInterval)
+	if p := rt.p; p.MaxElapsed > 0 && rt.clock.Now().Sub(rt.res.First)+wait > p.MaxElapsed {
+		rt.res = exhausted(rt.res, fmt.Sprintf("after %d attempts within %s", n, p.MaxElapsed), s.err)
+		rt.done = true
+		return 0, false
+	}
+	return wait, true
 }
 
 func exhausted(res Result, when string, cause error) Result {

@@ -380,3 +380,77 @@ func TestRetryPolicyWithDefaultsFillsOnlyZeroFields(t *testing.T) {
 
 func nan() float64 { z := 0.0; return z / z }
 func inf() float64 { z := 0.0; return 1 / z }
+
+// Retries spends the same budget as Deliver but leaves every wait to the
+// caller: it sleeps on no timer of its own, and says how long to wait.
+func TestRetriesLeaveTheWaitsToTheCaller(t *testing.T) {
+	unavailable := func(retryAfter time.Duration) webhooks.Attempt {
+		return webhooks.Attempt{Status: http.StatusServiceUnavailable, RetryAfter: retryAfter}
+	}
+	policy := webhooks.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second,
+		Multiplier: 2, RandomizationFactor: 1e-9, MaxAttempts: 4}
+	for _, tc := range []struct {
+		name      string
+		attempts  []webhooks.Attempt
+		wantWaits []time.Duration
+		want      webhooks.Outcome
+		exhausted bool
+	}{
+		{"backs off until the budget is spent",
+			[]webhooks.Attempt{unavailable(0), unavailable(0), unavailable(0), unavailable(0)},
+			[]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}, webhooks.OutcomeFinal, true},
+		{"honours Retry-After within MaxInterval",
+			[]webhooks.Attempt{unavailable(700 * time.Millisecond), unavailable(5 * time.Second), {Status: http.StatusNoContent}},
+			[]time.Duration{700 * time.Millisecond, time.Second}, webhooks.OutcomeSuccess, false},
+		{"ends at a final answer",
+			[]webhooks.Attempt{unavailable(0), {Status: http.StatusBadRequest}},
+			[]time.Duration{100 * time.Millisecond}, webhooks.OutcomeFinal, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			rt := webhooks.NewRetries(policy, clock)
+			var waits []time.Duration
+			for i, a := range tc.attempts {
+				if rt.Done() {
+					t.Fatalf("done after %d attempts, want %d", i, len(tc.attempts))
+				}
+				if n := rt.Next(); n != i+1 {
+					t.Fatalf("Next = %d, want %d", n, i+1)
+				}
+				if wait, more := rt.Record(a); more {
+					waits = append(waits, wait.Round(time.Millisecond))
+				}
+			}
+			if !rt.Done() {
+				t.Fatal("not done after the last attempt")
+			}
+			if diff := cmp.Diff(tc.wantWaits, waits); diff != "" {
+				t.Errorf("waits (-want +got):\n%s", diff)
+			}
+			if len(clock.Waits()) != 0 {
+				t.Errorf("Retries slept on the clock: %v", clock.Waits())
+			}
+			res := rt.Result()
+			if res.Outcome != tc.want || res.Attempts != len(tc.attempts) {
+				t.Errorf("result = %v after %d attempts, want %v after %d", res.Outcome, res.Attempts, tc.want, len(tc.attempts))
+			}
+			if got := errors.Is(res.Err, webhooks.ErrRetryBudgetExhausted); got != tc.exhausted {
+				t.Errorf("budget exhausted = %v (%v), want %v", got, res.Err, tc.exhausted)
+			}
+		})
+	}
+}
+
+// A caller that stops retrying ends the delivery as OutcomeRetry, never
+// acked, with the attempts made so far.
+func TestRetriesInterruptedEndWithoutAck(t *testing.T) {
+	rt := webhooks.NewRetries(webhooks.RetryPolicy{}, newFakeClock())
+	if _, more := rt.Record(webhooks.Attempt{Status: http.StatusServiceUnavailable}); !more {
+		t.Fatal("a 503 ended the delivery")
+	}
+	cause := errors.New("partition released")
+	res := rt.Interrupt(cause)
+	if res.Outcome != webhooks.OutcomeRetry || res.Attempts != 1 || !errors.Is(res.Err, cause) || !rt.Done() {
+		t.Fatalf("Interrupt = %v after %d attempts (%v), want OutcomeRetry after 1 wrapping the cause", res.Outcome, res.Attempts, res.Err)
+	}
+}

@@ -52,6 +52,7 @@ type App struct {
 	rdb redis.UniversalClient
 
 	tracker  *tracking.Store
+	redrives *deadletter.Queue
 	subs     *subscription.Store
 	tokens   *auth.Store
 	registry *nodes.Registry
@@ -100,6 +101,10 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 	// Stores, over the caller's Redis.
 	a.tracker, err = tracking.New(a.rdb, tracking.Config{})
 	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	// Redrives queue in Redis for the owners of their source partitions.
+	if a.redrives, err = deadletter.NewQueue(a.rdb, deadletter.QueueConfig{}); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	if a.subs, err = subscription.New(a.rdb, subscription.Config{}); err != nil {
@@ -176,6 +181,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			MaxBufferedBytes: cfg.MaxBufferedBytes,
 			ResyncInterval:   cfg.ResyncInterval,
 			Retry:            cfg.Retry,
+			Redrives:         a.redrives,
 			Logger:           log,
 			MeterProvider:    meter,
 			TracerProvider:   a.tel.Tracer,
@@ -194,7 +200,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		a.closers = append(a.closers, a.admClient.Close)
 		adm := kadm.NewClient(a.admClient)
 		status := control.NewStatusReader(adm, a.tracker)
-		// The API's own client (seek redrives, webhook tests) has no
+		// The API's own client (webhook tests) has no
 		// limiters: an operator's test must not queue behind deliveries.
 		a.apiSender, err = webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: cfg.RequestTimeout})
 		if err != nil {
@@ -205,11 +211,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
-		redeliverer, err := dispatcher.NewRedeliverer(a.apiSender, dispatcher.RedeliverConfig{Retry: cfg.Retry})
-		if err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-		a.deadLetters, err = deadletter.NewReader(kafkaOpts, redeliverer, deadletter.ReaderConfig{})
+		a.deadLetters, err = deadletter.NewReader(kafkaOpts, a.redrives, deadletter.ReaderConfig{})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}

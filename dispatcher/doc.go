@@ -7,7 +7,10 @@
 // batches and lets the group's committer move the Kafka commit to the
 // watermark. On revoke a worker drains, flushes and commits before it lets
 // go; a node that takes a partition over claims it in the tracker (a new
-// epoch fences the old owner) and skips what was already acked.
+// epoch fences the old owner) and skips what was already acked. Redriven
+// dead letters of an owned partition are taken from their queue and
+// injected on their key's lane, so they never go beside a record of the
+// key in flight.
 //
 // The package knows Kafka and the delivery contract; it knows nothing of
 // HTTP details (webhooks does) nor of Redis (tracking does).

@@ -43,8 +43,10 @@ type Node struct {
 	subs    Subscriptions
 	sender  Sender
 	tracker Tracker
-	log     *slog.Logger
-	tel     *telemetry
+	// redeliver sends redriven dead letters.
+	redeliver *Redeliverer
+	log       *slog.Logger
+	tel       *telemetry
 	// budget bounds the bytes all partitions of the node hold.
 	budget *partition.MemoryBudget
 
@@ -66,8 +68,12 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: MaxBufferedBytes: %w", err)
 	}
+	redeliver, err := NewRedeliverer(sender, RedeliverConfig{Retry: cfg.Retry})
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{
-		cfg: cfg, subs: subs, sender: sender, tracker: tracker,
+		cfg: cfg, subs: subs, sender: sender, tracker: tracker, redeliver: redeliver,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
 		budget:  budget,

@@ -94,7 +94,16 @@ type Authenticator interface {
 // ReadinessCheck reports whether one backend answers; nil means ready.
 type ReadinessCheck func(ctx context.Context) error
 
-// Dependencies are what the API is built on. Every field is required.
+// Cleanup removes what a deleted subscription leaves behind (tracking
+// state, consumer group, queued redrives) once its consumers stopped.
+// control.Cleaner implements it: Schedule records the cleanup durably and
+// returns; the cleanup itself runs later, on any API node.
+type Cleanup interface {
+	Schedule(ctx context.Context, subscriptionID string) error
+}
+
+// Dependencies are what the API is built on. Every field is required but
+// Cleanup.
 type Dependencies struct {
 	Store       SubscriptionStore
 	URLs        URLChecker
@@ -104,6 +113,9 @@ type Dependencies struct {
 	Tester      Tester
 	Nodes       NodeLister
 	Auth        Authenticator
+	// Cleanup, when not nil, is scheduled after each DELETE; without it a
+	// deleted subscription's state stays in Redis and Kafka.
+	Cleanup Cleanup
 }
 
 func (d Dependencies) validate() error {

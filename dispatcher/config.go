@@ -59,6 +59,10 @@ type Config struct {
 	// key's lane (deadletter.Queue). Default nil: redrives are left
 	// queued for other nodes.
 	Redrives RedriveQueue
+	// ForgetSubscription, when not nil, is called once the group of a
+	// deleted subscription stopped on this node, so that the node's
+	// metrics drop its series (telemetry.Providers.ForgetSubscription).
+	ForgetSubscription func(subscriptionID string)
 	// RedriveInterval is how often each owned partition's redrive queue
 	// is read. Default 250ms.
 	RedriveInterval time.Duration

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyhook/keyhook/internal/backoff"
@@ -163,6 +164,7 @@ func (n *Node) reconcile(subs []*subscription.Subscription) {
 	for id, r := range n.runners {
 		if _, ok := want[id]; !ok {
 			n.log.Info("subscription removed; stopping its consumer", "subscription", id)
+			r.removed.Store(true)
 			r.cancel()
 			delete(n.runners, id)
 		}
@@ -178,6 +180,11 @@ func (n *Node) reconcile(subs []*subscription.Subscription) {
 		go func() {
 			defer n.wg.Done()
 			r.run()
+			// Deleted, not merely stopping with the node: its series go
+			// once nothing records into them any more.
+			if r.removed.Load() && n.cfg.ForgetSubscription != nil {
+				n.cfg.ForgetSubscription(id)
+			}
 		}()
 	}
 }
@@ -189,6 +196,8 @@ type runner struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	updates chan *subscription.Subscription
+	// removed is set when the subscription was deleted.
+	removed atomic.Bool
 
 	mu  sync.Mutex
 	sub *subscription.Subscription

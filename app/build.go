@@ -65,6 +65,7 @@ type App struct {
 	// The API role; nil without it.
 	admClient   *kgo.Client
 	deadLetters *deadletter.Reader
+	cleaner     *control.Cleaner
 	apiSender   *webhooks.Client
 	srv         *http.Server
 	ln          net.Listener
@@ -182,10 +183,12 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			ResyncInterval:   cfg.ResyncInterval,
 			Retry:            cfg.Retry,
 			Redrives:         a.redrives,
-			Logger:           log,
-			MeterProvider:    meter,
-			TracerProvider:   a.tel.Tracer,
-			Propagator:       a.tel.Propagator,
+			// Deleted subscriptions leave /metrics with their consumers.
+			ForgetSubscription: a.tel.ForgetSubscription,
+			Logger:             log,
+			MeterProvider:      meter,
+			TracerProvider:     a.tel.Tracer,
+			Propagator:         a.tel.Propagator,
 		}, subs, a.sender, a.tracker)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
@@ -216,13 +219,18 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 		a.closers = append(a.closers, a.deadLetters.Close)
+		// Every API node drains the cleanups of deleted subscriptions.
+		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives}, control.CleanupConfig{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		tester, err := api.NewWebhookTester(a.apiSender)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 		handler, err := api.NewRouter(api.Dependencies{
 			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, DeadLetters: a.deadLetters,
-			Tester: tester, Nodes: a.registry, Auth: a.tokens,
+			Tester: tester, Nodes: a.registry, Auth: a.tokens, Cleanup: a.cleaner,
 		}, api.Config{
 			Logger:        log,
 			Metrics:       a.tel.Metrics,

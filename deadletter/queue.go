@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,9 +100,8 @@ func (q *Queue) Push(ctx context.Context, subscription string, rs []Redrive) err
 			if err != nil {
 				return err
 			}
-			key := q.keys.RedriveQueue(subscription, r.Topic, r.Partition)
-			p.RPush(ctx, key, b)
-			p.SAdd(ctx, q.keys.RedriveIndex(subscription), key)
+			p.RPush(ctx, q.keys.RedriveQueue(subscription, r.Topic, r.Partition), b)
+			p.SAdd(ctx, q.keys.RedriveIndex(subscription), indexMember(r.Topic, r.Partition))
 		}
 		return nil
 	})
@@ -108,6 +109,38 @@ func (q *Queue) Push(ctx context.Context, subscription string, rs []Redrive) err
 		return fmt.Errorf("deadletter: queue redrives: %w", err)
 	}
 	return nil
+}
+
+// Source names a source partition.
+type Source struct {
+	Topic     string
+	Partition int32
+}
+
+// indexMember names a source partition in the RedriveIndex. Topic names
+// have no colon.
+func indexMember(topic string, partition int32) string {
+	return topic + ":" + strconv.FormatInt(int64(partition), 10)
+}
+
+// Queued lists the source partitions of the subscription that have
+// redrives queued: one read, so that owners look at their partitions'
+// queues only when there is something in them.
+func (q *Queue) Queued(ctx context.Context, subscription string) ([]Source, error) {
+	ms, err := q.rdb.SMembers(ctx, q.keys.RedriveIndex(subscription)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: list redrive queues: %w", err)
+	}
+	out := make([]Source, 0, len(ms))
+	for _, m := range ms {
+		i := strings.LastIndexByte(m, ':')
+		p, err := strconv.ParseInt(m[i+1:], 10, 32)
+		if i <= 0 || err != nil {
+			continue
+		}
+		out = append(out, Source{Topic: m[:i], Partition: int32(p)})
+	}
+	return out, nil
 }
 
 // Next returns up to n redrives queued for one source partition, oldest
@@ -122,7 +155,8 @@ func (q *Queue) Next(ctx context.Context, subscription, topic string, partition 
 	for _, raw := range raws {
 		var r Redrive
 		if json.Unmarshal([]byte(raw), &r) != nil || r.Subscription != subscription {
-			q.rdb.LRem(ctx, key, 1, raw)
+			keys := []string{key, q.keys.RedriveIndex(subscription)}
+			doneCmd.Run(ctx, q.rdb, keys, raw, indexMember(topic, partition))
 			continue
 		}
 		r.raw = raw
@@ -131,10 +165,31 @@ func (q *Queue) Next(ctx context.Context, subscription, topic string, partition 
 	return out, nil
 }
 
+// doneCmd takes one entry out of a redrive queue, and the queue out of
+// the subscription's index once it is empty, atomically: a Push between
+// the two cannot lose its index entry.
+//
+// Input:
+// KEYS[1] -> the queue LIST (keyspace.RedriveQueue)
+// KEYS[2] -> the subscription's index SET (keyspace.RedriveIndex)
+// --
+// ARGV[1] -> the entry, as queued
+// ARGV[2] -> the queue's index member
+//
+// Output:
+// the number of entries removed (0 or 1)
+var doneCmd = redis.NewScript(`
+local n = redis.call('LREM', KEYS[1], 1, ARGV[1])
+if redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[2], ARGV[2])
+end
+return n
+`)
+
 // Done takes a redrive Next returned out of its queue.
 func (q *Queue) Done(ctx context.Context, r Redrive) error {
-	key := q.keys.RedriveQueue(r.Subscription, r.Topic, r.Partition)
-	if err := q.rdb.LRem(ctx, key, 1, r.raw).Err(); err != nil {
+	keys := []string{q.keys.RedriveQueue(r.Subscription, r.Topic, r.Partition), q.keys.RedriveIndex(r.Subscription)}
+	if err := doneCmd.Run(ctx, q.rdb, keys, r.raw, indexMember(r.Topic, r.Partition)).Err(); err != nil {
 		return fmt.Errorf("deadletter: redrive %s done: %w", r.ID, err)
 	}
 	return nil
@@ -144,13 +199,13 @@ func (q *Queue) Done(ctx context.Context, r Redrive) error {
 // subscription.
 func (q *Queue) DeleteSubscription(ctx context.Context, subscription string) error {
 	index := q.keys.RedriveIndex(subscription)
-	keys, err := q.rdb.SMembers(ctx, index).Result()
+	sources, err := q.Queued(ctx, subscription)
 	if err != nil {
 		return fmt.Errorf("deadletter: delete redrives of %s: %w", subscription, err)
 	}
 	_, err = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.Unlink(ctx, k)
+		for _, s := range sources {
+			p.Unlink(ctx, q.keys.RedriveQueue(subscription, s.Topic, s.Partition))
 		}
 		p.Unlink(ctx, index)
 		return nil

@@ -32,11 +32,20 @@ func TestQueueKeepsARedriveUntilDone(t *testing.T) {
 	if rec := rs[0].Record(); string(rec.Value) != "v1" || rec.Offset != 4 || rec.Topic != "orders" {
 		t.Errorf("Record() = %+v, want the source record orders/0/4", rec)
 	}
+	if got, err := q.Queued(ctx, "sub-a"); err != nil || len(got) != 2 {
+		t.Fatalf("Queued = %v, %v; want orders/0 and orders/1", got, err)
+	}
 	if err := q.Done(ctx, rs[0]); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := q.Next(ctx, "sub-a", "orders", 0, 10); len(left) != 1 || left[0].DeliveryID != "dlv_2" {
 		t.Fatalf("after Done the queue holds %+v, want dlv_2 only", left)
+	}
+	if err := q.Done(ctx, rs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := q.Queued(ctx, "sub-a"); len(got) != 1 || got[0] != (deadletter.Source{Topic: "orders", Partition: 1}) {
+		t.Fatalf("with orders/0 emptied Queued = %v, want orders/1 only", got)
 	}
 	if other, _ := q.Next(ctx, "sub-a", "orders", 1, 10); len(other) != 1 || other[0].Key != nil {
 		t.Fatalf("orders/1 holds %+v, want dlv_3 without a key", other)

@@ -9,10 +9,11 @@ import (
 )
 
 // RedriveQueue holds redriven dead letters until the owner of their
-// source partition has sent them; deadletter.Queue implements it. Next
-// returns up to n of one partition's, oldest first, leaving them queued;
-// Done takes one out.
+// source partition has sent them; deadletter.Queue implements it. Queued
+// lists the partitions with redrives queued; Next returns up to n of one
+// partition's, oldest first, leaving them queued; Done takes one out.
 type RedriveQueue interface {
+	Queued(ctx context.Context, subscription string) ([]deadletter.Source, error)
 	Next(ctx context.Context, subscription, topic string, partition int32, n int) ([]deadletter.Redrive, error)
 	Done(ctx context.Context, r deadletter.Redrive) error
 }
@@ -81,8 +82,25 @@ func (r *redriver) poll(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	sources, err := r.q.Queued(rctx, r.g.sub.ID)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.g.log.Warn("cannot list redrives; will retry", "err", err)
+		}
+		return
+	}
+	queued := make(map[topicPartition]bool, len(sources))
+	for _, s := range sources {
+		queued[topicPartition{s.Topic, s.Partition}] = true
+	}
 	for _, w := range ws {
 		if !w.pub.claimed.Load() || w.pub.fenced.Load() {
+			continue
+		}
+		if !queued[w.tp] {
+			r.take(ctx, w, nil) // forgets what was tried
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)

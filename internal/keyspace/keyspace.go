@@ -104,8 +104,9 @@ func (k Keyspace) RedriveQueue(subscription, topic string, partition int32) stri
 		strconv.FormatInt(int64(partition), 10)
 }
 
-// RedriveIndex is the SET of the RedriveQueue keys of one subscription,
-// so that they can be deleted without a scan:
+// RedriveIndex is the SET of the source partitions ("<topic>:<partition>")
+// of one subscription whose RedriveQueue is not empty, so that owners
+// and deletes find them without a scan:
 //
 //	<prefix>:redrive:{<subscription>}
 func (k Keyspace) RedriveIndex(subscription string) string {

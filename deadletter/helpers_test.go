@@ -22,6 +22,13 @@ import (
 // startNode runs a dispatcher node over subs until the test ends.
 func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs dispatcher.Subscriptions) {
 	t.Helper()
+	t.Cleanup(runNode(t, brokers, rdb, subs, 0))
+}
+
+// runNode runs a dispatcher node over subs until stop is called; drain 0
+// means the default DrainTimeout.
+func runNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs dispatcher.Subscriptions, drain time.Duration) (stop func()) {
+	t.Helper()
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +38,7 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs d
 		Brokers:        brokers,
 		CommitInterval: 100 * time.Millisecond,
 		SessionTimeout: 6 * time.Second,
+		DrainTimeout:   drain,
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
 		Redrives:       newQueue(t, rdb),
@@ -41,7 +49,7 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs d
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -51,7 +59,7 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs d
 		case <-time.After(60 * time.Second):
 			t.Errorf("node did not stop within 60s")
 		}
-	})
+	}
 }
 
 func newSender(t *testing.T) *webhooks.Client {

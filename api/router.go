@@ -64,8 +64,9 @@ type Seeker interface {
 // deadletter.Reader implements it. DeadLetters returns the page after
 // cursor ("" for the first), at most limit items; a cursor it did not
 // make gives an error wrapping subscription.ErrInvalidCursor. Redrive
-// delivers again the dead letters with the given ids (every one when ids
-// is nil) and reports how many it queued; unknown ids are not counted.
+// queues the dead letters with the given ids (every one when ids is nil)
+// for the owners of their source partitions, which send them again, and
+// reports how many it queued; unknown ids are not counted.
 type DeadLetterSource interface {
 	DeadLetters(ctx context.Context, sub *subscription.Subscription, limit int, cursor string) (*subscription.DeadLetterPage, error)
 	Redrive(ctx context.Context, sub *subscription.Subscription, ids []string) (int, error)

@@ -183,6 +183,7 @@ type env struct {
 	status *fakeStatus
 	seeker *fakeSeeker
 	dead   *fakeDeadLetters
+	clean  *fakeCleanup
 	log    *lockedBuffer
 	// ready holds the error each fake readiness check returns.
 	readyMu sync.Mutex
@@ -217,7 +218,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 		server: server, rdb: rdb,
 		store:  subs,
 		tokens: tokens,
-		status: &fakeStatus{}, seeker: &fakeSeeker{}, dead: &fakeDeadLetters{},
+		status: &fakeStatus{}, seeker: &fakeSeeker{}, dead: &fakeDeadLetters{}, clean: &fakeCleanup{},
 		log:   &lockedBuffer{},
 		ready: map[string]error{},
 	}
@@ -280,7 +281,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	}
 	h, err := NewRouter(Dependencies{
 		Store: store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker,
-		DeadLetters: e.dead, Tester: tester, Nodes: reg, Auth: e.tokens,
+		DeadLetters: e.dead, Tester: tester, Nodes: reg, Auth: e.tokens, Cleanup: e.clean,
 	}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -421,3 +422,26 @@ func fields(p problem) []string {
 }
 
 const validBody = `{"name":"orders to billing","topics":["orders"],"endpoint":{"url":"https://billing.example.com/hook","timeout_ms":5000},"ordering":"partition","max_in_flight":10,"start":"latest","dead_letter_topic":"none"}`
+
+// fakeCleanup records the cleanups scheduled.
+type fakeCleanup struct {
+	mu        sync.Mutex
+	scheduled []string
+	err       error
+}
+
+func (f *fakeCleanup) Schedule(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	f.scheduled = append(f.scheduled, id)
+	return nil
+}
+
+func (f *fakeCleanup) ids() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.scheduled...)
+}

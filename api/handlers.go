@@ -353,7 +353,22 @@ func (h *handlers) delete(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		h.internal(w, r, "delete subscription", err)
 	default:
+		h.scheduleCleanup(r, id)
 		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// scheduleCleanup has the deleted subscription's state removed once the
+// nodes stopped it. The subscription is gone whatever happens here, so a
+// failure is logged, not answered: a retried DELETE would only find it
+// missing.
+func (h *handlers) scheduleCleanup(r *http.Request, id string) {
+	if h.deps.Cleanup == nil {
+		return
+	}
+	if err := h.deps.Cleanup.Schedule(r.Context(), id); err != nil {
+		h.log.Error("deleted subscription's state not scheduled for cleanup; it stays in Redis and Kafka",
+			"subscription", id, "err", err)
 	}
 }
 

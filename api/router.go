@@ -64,8 +64,9 @@ type Seeker interface {
 // deadletter.Reader implements it. DeadLetters returns the page after
 // cursor ("" for the first), at most limit items; a cursor it did not
 // make gives an error wrapping subscription.ErrInvalidCursor. Redrive
-// delivers again the dead letters with the given ids (every one when ids
-// is nil) and reports how many it queued; unknown ids are not counted.
+// queues the dead letters with the given ids (every one when ids is nil)
+// for the owners of their source partitions, which send them again, and
+// reports how many it queued; unknown ids are not counted.
 type DeadLetterSource interface {
 	DeadLetters(ctx context.Context, sub *subscription.Subscription, limit int, cursor string) (*subscription.DeadLetterPage, error)
 	Redrive(ctx context.Context, sub *subscription.Subscription, ids []string) (int, error)
@@ -94,7 +95,16 @@ type Authenticator interface {
 // ReadinessCheck reports whether one backend answers; nil means ready.
 type ReadinessCheck func(ctx context.Context) error
 
-// Dependencies are what the API is built on. Every field is required.
+// Cleanup removes what a deleted subscription leaves behind (tracking
+// state, consumer group, queued redrives) once its consumers stopped.
+// control.Cleaner implements it: Schedule records the cleanup durably and
+// returns; the cleanup itself runs later, on any API node.
+type Cleanup interface {
+	Schedule(ctx context.Context, subscriptionID string) error
+}
+
+// Dependencies are what the API is built on. Every field is required but
+// Cleanup.
 type Dependencies struct {
 	Store       SubscriptionStore
 	URLs        URLChecker
@@ -104,6 +114,9 @@ type Dependencies struct {
 	Tester      Tester
 	Nodes       NodeLister
 	Auth        Authenticator
+	// Cleanup, when not nil, is scheduled after each DELETE; without it a
+	// deleted subscription's state stays in Redis and Kafka.
+	Cleanup Cleanup
 }
 
 func (d Dependencies) validate() error {

@@ -52,6 +52,7 @@ type App struct {
 	rdb redis.UniversalClient
 
 	tracker  *tracking.Store
+	redrives *deadletter.Queue
 	subs     *subscription.Store
 	tokens   *auth.Store
 	registry *nodes.Registry
@@ -64,6 +65,7 @@ type App struct {
 	// The API role; nil without it.
 	admClient   *kgo.Client
 	deadLetters *deadletter.Reader
+	cleaner     *control.Cleaner
 	apiSender   *webhooks.Client
 	srv         *http.Server
 	ln          net.Listener
@@ -100,6 +102,10 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 	// Stores, over the caller's Redis.
 	a.tracker, err = tracking.New(a.rdb, tracking.Config{})
 	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	// Redrives queue in Redis for the owners of their source partitions.
+	if a.redrives, err = deadletter.NewQueue(a.rdb, deadletter.QueueConfig{}); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	if a.subs, err = subscription.New(a.rdb, subscription.Config{}); err != nil {
@@ -177,10 +183,13 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			MaxBufferedBytes: cfg.MaxBufferedBytes,
 			ResyncInterval:   cfg.ResyncInterval,
 			Retry:            cfg.Retry,
-			Logger:           log,
-			MeterProvider:    meter,
-			TracerProvider:   a.tel.Tracer,
-			Propagator:       a.tel.Propagator,
+			Redrives:         a.redrives,
+			// Deleted subscriptions leave /metrics with their consumers.
+			ForgetSubscription: a.tel.ForgetSubscription,
+			Logger:             log,
+			MeterProvider:      meter,
+			TracerProvider:     a.tel.Tracer,
+			Propagator:         a.tel.Propagator,
 		}, subs, a.sender, a.tracker)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
@@ -195,7 +204,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		a.closers = append(a.closers, a.admClient.Close)
 		adm := kadm.NewClient(a.admClient)
 		status := control.NewStatusReader(adm, a.tracker)
-		// The API's own client (seek redrives, webhook tests) has no
+		// The API's own client (webhook tests) has no
 		// limiters: an operator's test must not queue behind deliveries.
 		a.apiSender, err = webhooks.NewClient(webhooks.ClientConfig{Policy: policy, Timeout: cfg.RequestTimeout})
 		if err != nil {
@@ -206,22 +215,23 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
-		redeliverer, err := dispatcher.NewRedeliverer(a.apiSender, dispatcher.RedeliverConfig{Retry: cfg.Retry})
-		if err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-		a.deadLetters, err = deadletter.NewReader(kafkaOpts, redeliverer, deadletter.ReaderConfig{})
+		a.deadLetters, err = deadletter.NewReader(kafkaOpts, a.redrives, deadletter.ReaderConfig{})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 		a.closers = append(a.closers, a.deadLetters.Close)
+		// Every API node drains the cleanups of deleted subscriptions.
+		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives}, control.CleanupConfig{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		tester, err := api.NewWebhookTester(a.apiSender)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 		handler, err := api.NewRouter(api.Dependencies{
 			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, DeadLetters: a.deadLetters,
-			Tester: tester, Nodes: a.registry, Auth: a.tokens,
+			Tester: tester, Nodes: a.registry, Auth: a.tokens, Cleanup: a.cleaner,
 		}, api.Config{
 			Logger:        log,
 			Metrics:       a.tel.Metrics,

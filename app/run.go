@@ -48,6 +48,8 @@ func (t *task) stop() error {
 //
 //  1. the API stops accepting and finishes the requests in flight
 //     (Config.APIShutdownTimeout), so no operator change races the drain;
+//     then the cleaner of deleted subscriptions stops (a cleanup cut
+//     short is tried again by any API node);
 //  2. the dispatcher stops fetching, drains in-flight deliveries
 //     (Config.DrainTimeout per partition), flushes acks to Redis, commits
 //     the watermarks and leaves its consumer groups;
@@ -67,22 +69,24 @@ func (a *App) Run(ctx context.Context) error {
 
 	// Start order is the reverse: the registry starts last, once
 	// everything it announces runs.
-	var runNode, serveAPI func(context.Context) error
+	var runNode, serveAPI, clean func(context.Context) error
 	if a.node != nil {
 		runNode = a.node.Run
 	}
 	if a.srv != nil {
 		serveAPI = a.serveAPI
+		clean = a.cleaner.Run
 		log.Info("api listening", "addr", a.APIAddr())
 	}
 	node := start(runNode, fail)
 	apiTask := start(serveAPI, fail)
+	cleaner := start(clean, fail)
 	registry := start(a.heartbeat, fail)
 	log.Info("keyhook node started", "node", a.cfg.NodeID, "version", a.cfg.Version,
 		"api", a.cfg.Roles.Has(RoleAPI), "dispatcher", a.cfg.Roles.Has(RoleDispatcher))
 
 	<-ctx.Done()
-	errs := []error{apiTask.stop(), node.stop(), registry.stop()}
+	errs := []error{apiTask.stop(), cleaner.stop(), node.stop(), registry.stop()}
 	log.Info("keyhook node stopped", "node", a.cfg.NodeID)
 	if parent.Err() == nil {
 		// A component failed: its error is why the node stopped.

@@ -1,6 +1,7 @@
 // Package deadletter owns keyhook's dead letters: the headers a dead
 // letter carries, writing one (Writer), and reading a subscription's dead
-// letters back for listing and redrive (Reader).
+// letters back for listing and redrive (Reader), and the Redis queue a
+// redrive goes through to the owner of the source partition (Queue).
 //
 // A dead letter is the source record (key, value, timestamp and its own
 // headers) followed by a block of keyhook-* headers that say where it came
@@ -13,7 +14,8 @@
 // refused (ErrLoop) instead of written again, which bounds dead-letter
 // loops between subscriptions.
 //
-// The package knows Kafka (franz-go) and the subscription type. It does
-// not know how a record becomes a webhook: redrive hands records to a
-// Redeliverer, which the dispatcher implements.
+// The package knows Kafka (franz-go), Redis (the queue only) and the
+// subscription type. It does not know how a record becomes a webhook:
+// redrive queues records, which the dispatcher node owning their
+// partition takes and sends.
 package deadletter

@@ -14,12 +14,20 @@ import (
 
 	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
 // startNode runs a dispatcher node over subs until the test ends.
 func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs dispatcher.Subscriptions) {
+	t.Helper()
+	t.Cleanup(runNode(t, brokers, rdb, subs, 0))
+}
+
+// runNode runs a dispatcher node over subs until stop is called; drain 0
+// means the default DrainTimeout.
+func runNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs dispatcher.Subscriptions, drain time.Duration) (stop func()) {
 	t.Helper()
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
@@ -30,8 +38,10 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs d
 		Brokers:        brokers,
 		CommitInterval: 100 * time.Millisecond,
 		SessionTimeout: 6 * time.Second,
+		DrainTimeout:   drain,
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+		Redrives:       newQueue(t, rdb),
 	}, subs, newSender(t), tracker)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +49,7 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs d
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -49,7 +59,7 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs d
 		case <-time.After(60 * time.Second):
 			t.Errorf("node did not stop within 60s")
 		}
-	})
+	}
 }
 
 func newSender(t *testing.T) *webhooks.Client {
@@ -61,16 +71,20 @@ func newSender(t *testing.T) *webhooks.Client {
 	return sender
 }
 
-// newReader builds a dead-letter reader that redelivers through a real
-// HTTP client.
-func newReader(t *testing.T, brokers []string) *deadletter.Reader {
+func newQueue(t *testing.T, rdb redis.UniversalClient) *deadletter.Queue {
 	t.Helper()
-	rd, err := dispatcher.NewRedeliverer(newSender(t), dispatcher.RedeliverConfig{
-		Retry: webhooks.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond}})
+	q, err := deadletter.NewQueue(rdb, deadletter.QueueConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := deadletter.NewReader([]kgo.Opt{kgo.SeedBrokers(brokers...)}, rd, deadletter.ReaderConfig{})
+	return q
+}
+
+// newReader builds a dead-letter reader whose redrives queue in rdb for
+// the node of startNode to send.
+func newReader(t *testing.T, brokers []string, rdb redis.UniversalClient) *deadletter.Reader {
+	t.Helper()
+	r, err := deadletter.NewReader([]kgo.Opt{kgo.SeedBrokers(brokers...)}, newQueue(t, rdb), deadletter.ReaderConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,4 +147,16 @@ func waitCommitted(t *testing.T, adm *kadm.Client, group string, ends map[int32]
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("commits did not reach the log end in %v: got %v, want %v", timeout, got, ends)
+}
+
+// waitDeliveries waits until the sink answered n requests.
+func waitDeliveries(t *testing.T, sink *testutil.Sink, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for len(sink.Deliveries()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the endpoint answered %d requests in %v, want %d", len(sink.Deliveries()), timeout, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -18,12 +17,10 @@ import (
 	"github.com/keyhook/keyhook/subscription"
 )
 
-// Redeliverer delivers one record of sub to its endpoint again, under the
-// delivery id it had, in sub's format and with its current credentials;
-// the dispatcher's Redeliverer implements it. It returns nil once the
-// endpoint accepted the record.
-type Redeliverer interface {
-	Redeliver(ctx context.Context, sub *subscription.Subscription, r *kgo.Record, deliveryID string) error
+// Enqueuer queues redrives for the owners of their source partitions,
+// all or none; Queue implements it.
+type Enqueuer interface {
+	Push(ctx context.Context, subscription string, rs []Redrive) error
 }
 
 // ReaderConfig tunes a Reader; zero values mean the defaults.
@@ -38,15 +35,18 @@ type Reader struct {
 	opts []kgo.Opt
 	cl   *kgo.Client
 	adm  *kadm.Client
-	rd   Redeliverer
+	q    Enqueuer
 	cfg  ReaderConfig
 }
 
 // NewReader builds a Reader with its own Kafka client from opts (seed
 // brokers, TLS, SASL: the options every client of the node gets); each
 // partition read gets a short-lived client from the same options. Close
-// releases it.
-func NewReader(opts []kgo.Opt, rd Redeliverer, cfg ReaderConfig) (*Reader, error) {
+// releases it. Redrives go to q.
+func NewReader(opts []kgo.Opt, q Enqueuer, cfg ReaderConfig) (*Reader, error) {
+	if q == nil {
+		return nil, fmt.Errorf("deadletter: NewReader: an Enqueuer is required")
+	}
 	if cfg.MaxScan < 0 {
 		return nil, fmt.Errorf("deadletter: ReaderConfig.MaxScan must not be negative, got %d", cfg.MaxScan)
 	}
@@ -57,7 +57,7 @@ func NewReader(opts []kgo.Opt, rd Redeliverer, cfg ReaderConfig) (*Reader, error
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: client: %w", err)
 	}
-	return &Reader{opts: opts, cl: cl, adm: kadm.NewClient(cl), rd: rd, cfg: cfg}, nil
+	return &Reader{opts: opts, cl: cl, adm: kadm.NewClient(cl), q: q, cfg: cfg}, nil
 }
 
 // Close releases the reader's Kafka client.
@@ -256,14 +256,15 @@ func toDeadLetter(r *kgo.Record) subscription.DeadLetter {
 	return dl
 }
 
-// Redrive sends again the subscription's dead letters with the given ids
-// (all of them, up to subscription.MaxRedriveIDs, when ids is nil), with
-// the delivery ids they had so endpoints can deduplicate, and reports how
-// many it queued: the dead letters found and handed to the Redeliverer,
-// whatever the endpoint then answers. Unknown ids are not counted. It
-// returns once each has been tried; one the endpoint refuses again stays
-// where it is, and since dead-letter topics are append-only a redriven
-// record stays listed either way.
+// Redrive queues again the subscription's dead letters with the given ids
+// (all of them, up to subscription.MaxRedriveIDs, when ids is nil) for
+// the owners of their source partitions, and reports how many it queued:
+// the dead letters found. Unknown ids are not counted. Each owner sends
+// its partition's redrives through the key's lane, under the delivery ids
+// they had so endpoints can deduplicate: a key's redrives in offset
+// order, one at a time, never beside a record of the key in flight. The
+// dead letters stay where they are (dead-letter topics are append-only),
+// and one the endpoint refuses again is not dead-lettered twice.
 func (d *Reader) Redrive(ctx context.Context, sub *subscription.Subscription, ids []string) (int, error) {
 	want := map[string]bool{}
 	for _, id := range ids {
@@ -272,44 +273,42 @@ func (d *Reader) Redrive(ctx context.Context, sub *subscription.Subscription, id
 	// A record dead-lettered twice (failed again after a seek) is listed
 	// twice under one delivery id: it is sent once.
 	seen := map[string]bool{}
-	var records []*kgo.Record
+	var rs []Redrive
 	_, err := d.scan(ctx, sub, "", func(r *kgo.Record) bool {
-		if id := sourceOf(r).deliveryID; !seen[id] && (ids == nil || want[id]) {
-			seen[id] = true
-			records = append(records, r)
+		if src := sourceOf(r); !seen[src.deliveryID] && (ids == nil || want[src.deliveryID]) {
+			seen[src.deliveryID] = true
+			rd := Redrive{
+				DeliveryID: src.deliveryID, Topic: src.topic, Partition: src.partition, Offset: src.offset,
+				Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+			}
+			for _, h := range original(r) {
+				rd.Headers = append(rd.Headers, RedriveHeader{Key: h.Key, Value: h.Value})
+			}
+			rs = append(rs, rd)
 		}
 		if ids == nil {
-			return len(records) < subscription.MaxRedriveIDs
+			return len(rs) < subscription.MaxRedriveIDs
 		}
-		return len(records) < len(want)
+		return len(rs) < len(want)
 	})
 	if err != nil {
 		return 0, err
 	}
-	queued := 0
-	sem := make(chan struct{}, min(max(sub.MaxInFlight, 1), 16))
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for _, dl := range records {
-		src := sourceOf(dl)
-		rec := &kgo.Record{
-			Key: dl.Key, Value: dl.Value, Headers: original(dl), Timestamp: dl.Timestamp,
-			Topic: src.topic, Partition: src.partition, Offset: src.offset,
+	// Dead letters of one partition are in the order they failed, which
+	// for a key is not always its offset order (a seek, two dead-letter
+	// partitions): the queue gets each source partition in offset order.
+	sort.SliceStable(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return queued, ctx.Err()
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
 		}
-		queued++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			// A record refused again stays a dead letter, listed as before;
-			// the count is of records queued, not of their outcomes.
-			_ = d.rd.Redeliver(ctx, sub, rec, src.deliveryID)
-		}()
+		return a.Offset < b.Offset
+	})
+	if err := d.q.Push(ctx, sub.ID, rs); err != nil {
+		return 0, err
 	}
-	return queued, nil
+	return len(rs), nil
 }

@@ -45,7 +45,7 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 	}
 	startNode(t, brokers, rdb, store)
 	waitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 40}, 30*time.Second)
-	admin := newReader(t, brokers)
+	admin := newReader(t, brokers, rdb)
 
 	first, err := admin.DeadLetters(context.Background(), sub, 3, "")
 	if err != nil {
@@ -81,6 +81,7 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("redrive = %d, %v; want 2", n, err)
 	}
+	waitDeliveries(t, sink, before+2, 10*time.Second)
 	var ids []string
 	for _, d := range sink.Deliveries()[before:] {
 		ids = append(ids, d.ID)
@@ -94,7 +95,7 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 }
 
 // Redrive reports how many dead letters it queued again, as the API
-// documents: those found and sent, whether or not the endpoint takes them
+// documents: those found and queued for their partition's owner, whether or not the endpoint takes them
 // this time. One it refuses again stays a dead letter.
 func TestRedriveCountsDeadLettersQueuedWhateverTheEndpointAnswers(t *testing.T) {
 	brokers := testutil.Kfake(t, 1, "rq")
@@ -117,7 +118,7 @@ func TestRedriveCountsDeadLettersQueuedWhateverTheEndpointAnswers(t *testing.T) 
 	}
 	startNode(t, brokers, rdb, store)
 	waitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 10}, 30*time.Second)
-	r := newReader(t, brokers)
+	r := newReader(t, brokers, rdb)
 
 	before := len(sink.Deliveries())
 	n, err := r.Redrive(context.Background(), sub, []string{dispatcher.DeliveryID(sub.ID, "rq", 0, 1), "dlv_unknown"})
@@ -128,6 +129,8 @@ func TestRedriveCountsDeadLettersQueuedWhateverTheEndpointAnswers(t *testing.T) 
 		t.Errorf("redrive all, both still refused = %d, %v; want 2 queued", n, err)
 	}
 	// A 400 is final: each redriven dead letter was tried once.
+	waitDeliveries(t, sink, before+3, 10*time.Second)
+	time.Sleep(300 * time.Millisecond) // no fourth comes
 	if got := len(sink.Deliveries()) - before; got != 3 {
 		t.Errorf("the endpoint saw %d redeliveries, want 3", got)
 	}
@@ -167,7 +170,7 @@ func TestForgedDeadLetterHeadersDoNotMakeARecordAnotherSubscriptions(t *testing.
 	}, `{"transfer":"to the attacker"}`)
 	startNode(t, brokers, rdb, store)
 	waitCommitted(t, newAdminClient(t, brokers), subA.GroupID(), map[int32]int64{0: 1}, 30*time.Second)
-	r := newReader(t, brokers)
+	r := newReader(t, brokers, rdb)
 
 	pageB, err := r.DeadLetters(context.Background(), subB, 10, "")
 	if err != nil {

@@ -61,6 +61,18 @@ type Config struct {
 	ResyncInterval time.Duration
 	// Retry is the retry policy of every delivery (webhooks defaults).
 	Retry webhooks.RetryPolicy
+	// Redrives, when not nil, is where the node takes the redriven dead
+	// letters of the partitions it owns and sends them through their
+	// key's lane (deadletter.Queue). Default nil: redrives are left
+	// queued for other nodes.
+	Redrives RedriveQueue
+	// ForgetSubscription, when not nil, is called once the group of a
+	// deleted subscription stopped on this node, so that the node's
+	// metrics drop its series (telemetry.Providers.ForgetSubscription).
+	ForgetSubscription func(subscriptionID string)
+	// RedriveInterval is how often each owned partition's redrive queue
+	// is read. Default 250ms.
+	RedriveInterval time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives the node's metrics. Default: no-op.
@@ -97,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ResyncInterval == 0 {
 		c.ResyncInterval = time.Second
+	}
+	if c.RedriveInterval == 0 {
+		c.RedriveInterval = 250 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -135,6 +150,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dispatcher: MaxBufferedBytes %d must not be negative", c.MaxBufferedBytes)
 	case c.SessionTimeout < 0:
 		return fmt.Errorf("dispatcher: SessionTimeout %v must not be negative", c.SessionTimeout)
+	case c.RedriveInterval < 0:
+		return fmt.Errorf("dispatcher: RedriveInterval %v must not be negative", c.RedriveInterval)
 	}
 	if err := c.Retry.Validate(); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)

@@ -19,6 +19,10 @@
 // own key. A drain ends those waits at once and lets attempts in flight run
 // to their own timeout.
 //
+// Redriven dead letters of an owned partition are taken from their queue
+// and injected on their key's lane, so they never go beside a record of
+// the key in flight.
+//
 // The package knows Kafka and the delivery contract; it knows nothing of
 // HTTP details (webhooks does) nor of Redis (tracking does).
 package dispatcher

@@ -56,6 +56,11 @@ type group struct {
 	batches chan batchJob
 	// pool runs the deliveries one attempt at a time.
 	pool *pool
+	// redrives hands injected redrives to the group's redrive slots; the
+	// redriver feeds the workers from the node's RedriveQueue, nil without
+	// one.
+	redrives chan job
+	redriver *redriver
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
@@ -84,10 +89,11 @@ type counters struct {
 func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	g := &group{
 		n: n, sub: s,
-		log:     n.log.With("subscription", s.ID),
-		jobs:    make(chan job),
-		batches: make(chan batchJob),
-		workers: make(map[topicPartition]*worker),
+		log:      n.log.With("subscription", s.ID),
+		jobs:     make(chan job),
+		batches:  make(chan batchJob),
+		redrives: make(chan job),
+		workers:  make(map[topicPartition]*worker),
 	}
 	g.pool = newPool(g)
 	g.initTelemetry()
@@ -102,6 +108,9 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	g.dlw = dlw
+	if n.cfg.Redrives != nil {
+		g.redriver = newRedriver(g, n.cfg.Redrives)
+	}
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	reset := kgo.NewOffset().AtStart()
 	if s.Start == subscription.StartLatest {
@@ -159,6 +168,23 @@ func (g *group) run(ctx context.Context) error {
 		defer bg.Done()
 		g.commitLoop(ctx)
 	}()
+	if g.redriver != nil {
+		// Redrives take at most this many slots of their own, beside the
+		// subscription's in-flight budget: they are an operator's rare
+		// action, and must not wait behind a backlog.
+		for range min(max(g.sub.MaxInFlight, 1), 16) {
+			bg.Add(1)
+			go func() {
+				defer bg.Done()
+				g.redriveLoop(poolCtx)
+			}()
+		}
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			g.redriver.run(ctx)
+		}()
+	}
 
 	g.ensureDeadLetterTopics(ctx)
 	g.log.Info("consumer started", "group", g.sub.GroupID(), "topics", g.sub.Topics, "ordering", g.sub.Ordering)

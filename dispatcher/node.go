@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyhook/keyhook/internal/backoff"
@@ -47,8 +48,10 @@ type Node struct {
 	subs    Subscriptions
 	sender  Sender
 	tracker Tracker
-	log     *slog.Logger
-	tel     *telemetry
+	// redeliver sends redriven dead letters.
+	redeliver *Redeliverer
+	log       *slog.Logger
+	tel       *telemetry
 	// budget bounds the bytes all partitions of the node hold.
 	budget *partition.MemoryBudget
 	// flusher writes the tracking state of all partitions, one round per
@@ -73,8 +76,12 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: MaxBufferedBytes: %w", err)
 	}
+	redeliver, err := NewRedeliverer(sender, RedeliverConfig{Retry: cfg.Retry})
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{
-		cfg: cfg, subs: subs, sender: sender, tracker: tracker,
+		cfg: cfg, subs: subs, sender: sender, tracker: tracker, redeliver: redeliver,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
 		budget:  budget,
@@ -175,6 +182,7 @@ func (n *Node) reconcile(subs []*subscription.Subscription) {
 	for id, r := range n.runners {
 		if _, ok := want[id]; !ok {
 			n.log.Info("subscription removed; stopping its consumer", "subscription", id)
+			r.removed.Store(true)
 			r.cancel()
 			delete(n.runners, id)
 		}
@@ -190,6 +198,11 @@ func (n *Node) reconcile(subs []*subscription.Subscription) {
 		go func() {
 			defer n.wg.Done()
 			r.run()
+			// Deleted, not merely stopping with the node: its series go
+			// once nothing records into them any more.
+			if r.removed.Load() && n.cfg.ForgetSubscription != nil {
+				n.cfg.ForgetSubscription(id)
+			}
 		}()
 	}
 }
@@ -201,6 +214,8 @@ type runner struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	updates chan *subscription.Subscription
+	// removed is set when the subscription was deleted.
+	removed atomic.Bool
 
 	mu  sync.Mutex
 	sub *subscription.Subscription

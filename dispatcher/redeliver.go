@@ -19,9 +19,10 @@ type RedeliverConfig struct {
 	Attempts int
 }
 
-// Redeliverer delivers single records of a subscription again, outside
-// its consumer group, the way the group delivers them (format, signature,
-// credentials, timeout): the redrive of dead letters.
+// Redeliverer delivers single records of a subscription again the way
+// the group delivers them (format, signature, credentials, timeout), with
+// a few attempts and no dead letter: the redrive of dead letters, which
+// the owner of their source partition sends through the key's lane.
 type Redeliverer struct {
 	sender Sender
 	cfg    RedeliverConfig

@@ -262,6 +262,13 @@ func (w *worker) run() {
 		} else if e := w.m.Peek(); e != nil {
 			send, head = w.g.jobs, job{w: w, rec: e}
 		}
+		// Redriven dead letters, injected on their key's lane by the
+		// group's redriver, go to its redrive slots (see redrive.go).
+		var sendRedrive chan<- job
+		var redrive job
+		if e := w.m.PeekExtra(); e != nil {
+			sendRedrive, redrive = w.g.redrives, job{w: w, rec: e}
+		}
 		select {
 		case <-w.ctx.Done():
 			return
@@ -276,6 +283,8 @@ func (w *worker) run() {
 			w.processInbox()
 		case send <- head:
 			_ = w.m.Dispatch(head.rec) // head is what Peek returned
+		case sendRedrive <- redrive:
+			_ = w.m.DispatchExtra(redrive.rec) // redrive is what PeekExtra returned
 		case sendBatch <- batchJob{w: w, recs: w.offer}:
 			w.m.DispatchBatch(w.offer)
 			w.offer = nil

@@ -112,7 +112,12 @@ type Entry[P any] struct {
 	// taken: the record went out in a batch behind its lane's head, so it
 	// must not be made ready again when the head is acked.
 	taken bool
+	// extra: queued by Inject, outside the partition's offsets.
+	extra bool
 }
+
+// Extra reports whether the entry was queued by Inject.
+func (e *Entry[P]) Extra() bool { return e.extra }
 
 // LaneKey returns the key of the entry's lane, false when it has none
 // (ordering none, or a record without a key under ordering key). Records
@@ -149,6 +154,9 @@ type Machine[P any] struct {
 	pending map[int64]*Entry[P]
 	lanes   map[string]*lane[P]
 	ready   []*Entry[P]
+	// extras are the injected records free to go, in the order they
+	// became so; they never go in a batch.
+	extras []*Entry[P]
 	// readySince is when the oldest ready record became ready (batching).
 	readySince time.Time
 	backlog    []Record[P]
@@ -353,6 +361,10 @@ func (m *Machine[P]) lane(key string) *lane[P] {
 
 // makeReady queues e for dispatch: a lane's head, or a lane-less record.
 func (m *Machine[P]) makeReady(e *Entry[P]) {
+	if e.extra {
+		m.extras = append(m.extras, e)
+		return
+	}
 	if len(m.ready) == 0 && m.cfg.Batch.MaxRecords > 0 {
 		m.readySince = m.cfg.Clock()
 	}
@@ -378,6 +390,55 @@ func (m *Machine[P]) Dispatch(e *Entry[P]) error {
 	}
 	m.ready[0] = nil
 	m.ready = m.ready[1:]
+	m.inflight++
+	e.Dispatched = m.cfg.Clock()
+	return nil
+}
+
+// Inject queues a record that is not one of the partition's offsets (a
+// dead letter delivered again) on the lane of key, behind the key's
+// pending records, so that it goes out only once they are acked and the
+// key's later records wait for it. It is neither acked nor counted in the
+// window or the Budget: it leaves its lane at Done, acked or not. Without
+// a lane (ordering none, or no key under ordering key) it is free to go
+// at once. It goes out through PeekExtra and DispatchExtra, never in a
+// batch.
+func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
+	e := &Entry[P]{Offset: -1, Payload: payload, extra: true}
+	switch {
+	case m.cfg.Ordering == OrderNone:
+	case m.cfg.Ordering == OrderPartition:
+		e.lane = m.lane("")
+	case key != nil:
+		e.lane = m.lane(string(key))
+	}
+	if e.lane == nil {
+		m.makeReady(e)
+		return e
+	}
+	e.lane.q = append(e.lane.q, e)
+	if len(e.lane.q) == 1 {
+		m.makeReady(e)
+	}
+	return e
+}
+
+// PeekExtra returns the next injected record to dispatch, nil when none
+// may go now.
+func (m *Machine[P]) PeekExtra() *Entry[P] {
+	if !m.dispatching() || len(m.extras) == 0 {
+		return nil
+	}
+	return m.extras[0]
+}
+
+// DispatchExtra records that e, the entry PeekExtra returned, went out.
+func (m *Machine[P]) DispatchExtra(e *Entry[P]) error {
+	if len(m.extras) == 0 || m.extras[0] != e {
+		return ErrNotReady
+	}
+	m.extras[0] = nil
+	m.extras = m.extras[1:]
 	m.inflight++
 	e.Dispatched = m.cfg.Clock()
 	return nil
@@ -416,7 +477,7 @@ func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
 			continue
 		}
 		for _, f := range head.lane.q[1:] {
-			if !fits(f) {
+			if f.extra || !fits(f) {
 				break
 			}
 			f.taken = true
@@ -443,6 +504,14 @@ func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
 // pending for the next owner). An ack frees the next record of its lane.
 func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	m.inflight--
+	if e.extra {
+		// Whatever its outcome, an injected record frees its lane: its
+		// caller keeps what is not done.
+		if e.lane != nil {
+			m.leaveLane(e.lane, e)
+		}
+		return
+	}
 	if !acked {
 		return
 	}

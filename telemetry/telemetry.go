@@ -56,6 +56,12 @@ type Providers struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics serves the Prometheus exposition of every metric.
 	Metrics http.Handler
+	// ForgetSubscription drops every series labelled with a deleted
+	// subscription from Metrics, for good. The SDK keeps cumulative
+	// series as long as the process lives, so they are filtered out of
+	// each scrape; what they hold in memory (a few KiB per subscription)
+	// goes at the next restart.
+	ForgetSubscription func(subscriptionID string)
 	// Shutdown flushes pending spans and stops the exporters.
 	Shutdown func(context.Context) error
 }
@@ -85,7 +91,9 @@ func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(promExp), sdkmetric.WithResource(res))
 	p.Meter = mp
-	p.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	gone := &forgetting{g: reg, gone: map[string]bool{}}
+	p.Metrics = promhttp.HandlerFor(gone, promhttp.HandlerOpts{})
+	p.ForgetSubscription = gone.forget
 
 	exporter := cfg.TracesExporter
 	if exporter == "" {

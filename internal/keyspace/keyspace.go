@@ -90,6 +90,40 @@ func (k Keyspace) ParsePartition(key string) (subscription, topic string, partit
 	return sub, topic, int32(p), true
 }
 
+// Redrives (package deadletter).
+
+// RedriveQueue is the LIST of redriven dead letters of one source
+// partition, waiting for the partition's owner to send them:
+//
+//	<prefix>:redrive:{<subscription>}:<topic>:<partition>
+//
+// The tag is the subscription, so that a subscription's queues and their
+// RedriveIndex change together in one transaction.
+func (k Keyspace) RedriveQueue(subscription, topic string, partition int32) string {
+	return k.prefix() + ":redrive:{" + subscription + "}:" + topic + ":" +
+		strconv.FormatInt(int64(partition), 10)
+}
+
+// RedriveIndex is the SET of the source partitions ("<topic>:<partition>")
+// of one subscription whose RedriveQueue is not empty, so that owners
+// and deletes find them without a scan:
+//
+//	<prefix>:redrive:{<subscription>}
+func (k Keyspace) RedriveIndex(subscription string) string {
+	return k.prefix() + ":redrive:{" + subscription + "}"
+}
+
+// Cleanups (package control).
+
+// Cleanups is the ZSET of deleted subscriptions whose state (tracking,
+// consumer group, redrives) is still to be removed, scored by when the
+// next attempt is due (Unix milliseconds):
+//
+//	<prefix>:cleanups
+func (k Keyspace) Cleanups() string {
+	return k.prefix() + ":cleanups"
+}
+
 // Subscriptions (package subscription).
 
 // Subscriptions is the HASH from subscription id to the subscription's

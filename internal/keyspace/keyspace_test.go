@@ -28,6 +28,9 @@ func TestKeysKeepTheirNames(t *testing.T) {
 		{"tokens", Keyspace{}, Keyspace.Tokens, "keyhook:{tokens}"},
 		{"token names", Keyspace{}, Keyspace.TokenNames, "keyhook:{tokens}:names"},
 		{"token last use", Keyspace{}, Keyspace.TokenLastUsed, "keyhook:{tokens}:last_used"},
+		{"redrive queue", Keyspace{}, func(k Keyspace) string { return k.RedriveQueue("sub-1", "orders", 3) }, "keyhook:redrive:{sub-1}:orders:3"},
+		{"redrive index", Keyspace{}, func(k Keyspace) string { return k.RedriveIndex("sub-1") }, "keyhook:redrive:{sub-1}"},
+		{"cleanups", Keyspace{Prefix: "kh"}, Keyspace.Cleanups, "kh:cleanups"},
 		{"nodes", Keyspace{}, Keyspace.Nodes, "keyhook:nodes"},
 		{"nodes, custom prefix", Keyspace{Prefix: "kh:test"}, Keyspace.Nodes, "kh:test:nodes"},
 	} {
@@ -52,6 +55,7 @@ func TestKeysTouchedTogetherShareASlot(t *testing.T) {
 	for _, group := range [][]string{
 		{k.Subscriptions(), k.Idempotency("ops", "k1"), k.Idempotency("ci", "k2")},
 		{k.Tokens(), k.TokenNames(), k.TokenLastUsed()},
+		{k.RedriveIndex("s"), k.RedriveQueue("s", "t", 0), k.RedriveQueue("s", "u", 7)},
 	} {
 		for _, key := range group[1:] {
 			if tag(key) != tag(group[0]) {

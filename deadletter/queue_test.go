@@ -1,0 +1,59 @@
+package deadletter_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/keyhook/keyhook/deadletter"
+	"github.com/keyhook/keyhook/internal/testutil"
+)
+
+// A queued redrive stays queued until Done, whatever Next returned, and a
+// deleted subscription's queues are gone.
+func TestQueueKeepsARedriveUntilDone(t *testing.T) {
+	ctx := context.Background()
+	rdb := testutil.StartRedis(t).Client()
+	q := newQueue(t, rdb)
+	err := q.Push(ctx, "sub-a", []deadletter.Redrive{
+		{DeliveryID: "dlv_1", Topic: "orders", Partition: 0, Offset: 4, Key: []byte("k"), Value: []byte("v1")},
+		{DeliveryID: "dlv_2", Topic: "orders", Partition: 0, Offset: 9, Key: []byte("k"), Value: []byte("v2")},
+		{DeliveryID: "dlv_3", Topic: "orders", Partition: 1, Offset: 2, Key: nil, Value: []byte("v3")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := q.Next(ctx, "sub-a", "orders", 0, 10)
+	if err != nil || len(rs) != 2 || rs[0].Offset != 4 || rs[1].Offset != 9 {
+		t.Fatalf("Next(orders/0) = %+v, %v; want offsets 4 and 9 in order", rs, err)
+	}
+	if again, _ := q.Next(ctx, "sub-a", "orders", 0, 10); len(again) != 2 {
+		t.Fatalf("a second Next sees %d redrives, want both still queued", len(again))
+	}
+	if rec := rs[0].Record(); string(rec.Value) != "v1" || rec.Offset != 4 || rec.Topic != "orders" {
+		t.Errorf("Record() = %+v, want the source record orders/0/4", rec)
+	}
+	if got, err := q.Queued(ctx, "sub-a"); err != nil || len(got) != 2 {
+		t.Fatalf("Queued = %v, %v; want orders/0 and orders/1", got, err)
+	}
+	if err := q.Done(ctx, rs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := q.Next(ctx, "sub-a", "orders", 0, 10); len(left) != 1 || left[0].DeliveryID != "dlv_2" {
+		t.Fatalf("after Done the queue holds %+v, want dlv_2 only", left)
+	}
+	if err := q.Done(ctx, rs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := q.Queued(ctx, "sub-a"); len(got) != 1 || got[0] != (deadletter.Source{Topic: "orders", Partition: 1}) {
+		t.Fatalf("with orders/0 emptied Queued = %v, want orders/1 only", got)
+	}
+	if other, _ := q.Next(ctx, "sub-a", "orders", 1, 10); len(other) != 1 || other[0].Key != nil {
+		t.Fatalf("orders/1 holds %+v, want dlv_3 without a key", other)
+	}
+	if err := q.DeleteSubscription(ctx, "sub-a"); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := rdb.Keys(ctx, "*").Result(); len(keys) != 0 {
+		t.Fatalf("after DeleteSubscription Redis holds %q, want nothing", keys)
+	}
+}

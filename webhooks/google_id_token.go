@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
 	"google.golang.org/api/idtoken"
 )
 
@@ -64,14 +65,22 @@ func (g *GoogleIDToken) cacheKey() string {
 }
 
 // tokenSource returns a source of ID tokens for g, reused until shortly
-// before they expire. A key's token requests go through the client in
-// egress (see oauth2.HTTPClient); the node's own credentials use the
-// library's default client, since the metadata server is an address the
-// policy refuses.
+// before they expire. The node's own credentials use idtoken and its
+// default client, since the metadata server is an address the policy
+// refuses. A key is signed into a JWT assertion and exchanged at its
+// token_uri by x/oauth2's JWT flow, through the client in egress (see
+// oauth2.HTTPClient): the same exchange idtoken makes, but idtoken's
+// newer service account path takes no HTTP client, and its token_uri,
+// written by an API client, must face the address policy.
 func (g *GoogleIDToken) tokenSource(egress context.Context) (oauth2.TokenSource, error) {
 	if g.CredentialsJSON == "" {
 		return idtoken.NewTokenSource(context.Background(), g.Audience)
 	}
-	return idtoken.NewTokenSource(egress, g.Audience,
-		idtoken.WithAuthCredentialsJSON(idtoken.ServiceAccount, []byte(g.CredentialsJSON)))
+	cfg, err := google.JWTConfigFromJSON([]byte(g.CredentialsJSON))
+	if err != nil {
+		return nil, errors.New("the service account key does not parse")
+	}
+	cfg.UseIDToken = true
+	cfg.PrivateClaims = map[string]any{"target_audience": g.Audience}
+	return cfg.TokenSource(egress), nil // already a reusing source
 }

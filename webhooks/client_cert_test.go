@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"io"
 	"log"
 	"math/big"
@@ -126,5 +127,23 @@ func TestClientCertificateThatDoesNotParseIsFinal(t *testing.T) {
 	a := c.Send(context.Background(), &webhooks.Request{URL: "https://127.0.0.1:1/", Auth: &webhooks.Auth{ClientCert: mismatched}}, 1)
 	if webhooks.Classify(a) != webhooks.OutcomeFinal || strings.Contains(a.Err.Error(), "PRIVATE KEY") {
 		t.Errorf("err = %v, want a final refusal that shows no key", a.Err)
+	}
+}
+
+func TestClientCertificateIsNotPresentedToAnotherOriginOnRedirect(t *testing.T) {
+	ca := newTestCA(t)
+	other, seenOther := newMTLSEndpoint(t, ca)
+	first := httptest.NewUnstartedServer(http.RedirectHandler(other.URL+"/elsewhere", http.StatusTemporaryRedirect))
+	first.StartTLS()
+	t.Cleanup(first.Close)
+	c := newClient(t, webhooks.ClientConfig{})
+	roots := x509.NewCertPool()
+	roots.AddCert(other.Certificate())
+	roots.AddCert(first.Certificate())
+	webhooks.TrustRootsForTest(c, roots)
+	a := c.Send(context.Background(), &webhooks.Request{URL: first.URL, Body: []byte("{}"), FollowRedirects: 1,
+		Auth: &webhooks.Auth{ClientCert: ca.issue(t, "subscription")}}, 1)
+	if !errors.Is(a.Err, webhooks.ErrRedirectRefused) || len(seenOther()) != 0 {
+		t.Errorf("err = %v, other origin saw %v: the certificate must stay with the endpoint's origin", a.Err, seenOther())
 	}
 }

@@ -175,7 +175,7 @@ func (a Auth) headerNames() []string {
 	for name := range a.Headers {
 		names = append(names, http.CanonicalHeaderKey(name))
 	}
-	if a.authorizationSources() > 0 {
+	if a.BearerToken != "" || a.BasicUser != "" || a.GoogleIDToken != nil || a.OAuth2 != nil || a.AWSSigV4 != nil {
 		names = append(names, "Authorization")
 	}
 	if a.AWSSigV4 != nil {

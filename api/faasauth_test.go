@@ -172,3 +172,27 @@ func TestTestDeliveryGetsAnOAuth2Token(t *testing.T) {
 		t.Errorf("token requests for three test deliveries = %d, want 1", n)
 	}
 }
+
+// Stored FaaS secrets follow the endpoint only within its origin, like a
+// bearer token: a move elsewhere must send them again or say so.
+func TestFaaSSecretsDoNotFollowTheEndpointToAnotherOrigin(t *testing.T) {
+	e := newEnv(t)
+	certPEM, keyPEM := selfSignedPEM(t)
+	for name, auth := range map[string]string{
+		"oauth2":             `{"oauth2_client_credentials":{"token_url":"https://idp.example/token","client_id":"c","client_secret":"cs-1"}}`,
+		"client certificate": `{"client_certificate":{"cert_pem":` + jsonString(certPEM) + `,"key_pem":` + jsonString(keyPEM) + `}}`,
+		"google key": `{"google_id_token":{"credentials_json":` +
+			jsonString(`{"type":"service_account","client_email":"k@p","private_key":"x"}`) + `}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			sub := e.create(t, `{"name":"n","topics":["t"],"endpoint":{"url":"https://fn.example/","auth":`+auth+`}}`)
+			p := wantProblem(t, e.do(t, http.MethodPatch, "/v1/subscriptions/"+sub.ID, `{"endpoint":{"url":"https://elsewhere.example/"}}`),
+				http.StatusBadRequest, slugValidation)
+			if diff := cmp.Diff([]string{"endpoint.auth"}, fields(p)); diff != "" {
+				t.Errorf("fields (-want +got):\n%s", diff)
+			}
+			decodeSub(t, e.do(t, http.MethodPatch, "/v1/subscriptions/"+sub.ID,
+				`{"endpoint":{"url":"https://elsewhere.example/","keep_credentials":true}}`), 200)
+		})
+	}
+}

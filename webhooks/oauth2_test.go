@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -168,5 +171,31 @@ func TestOAuth2TokenEndpointRedirectIsNotFollowed(t *testing.T) {
 		Auth: oauth2Auth(redirect.URL, testClientSecret)}, 1)
 	if a.Err == nil || ts.count() != 0 {
 		t.Errorf("err = %v, tokens issued = %d: a redirect must not carry the client secret elsewhere", a.Err, ts.count())
+	}
+}
+
+func TestCredentialsNeverReachSpans(t *testing.T) {
+	ts := newTokenServer(t, 3600)
+	ep := newEndpoint(t, statuses(http.StatusUnauthorized))
+	spans := tracetest.NewSpanRecorder()
+	c := newClient(t, webhooks.ClientConfig{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))})
+	wrong := "cs-wrong-" + testClientSecret
+	for _, auth := range []*webhooks.Auth{
+		oauth2Auth(ts.URL+"/token", testClientSecret), // a token, refused by the endpoint
+		oauth2Auth(ts.URL+"/token", wrong),            // no token
+	} {
+		c.Send(context.Background(), &webhooks.Request{URL: ep.URL, Body: []byte("{}"), Auth: auth}, 1)
+	}
+	if len(spans.Ended()) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans.Ended()))
+	}
+	var shown strings.Builder
+	for _, s := range spans.Ended() {
+		fmt.Fprintf(&shown, "%s %v %v %v\n", s.Name(), s.Attributes(), s.Status(), s.Events())
+	}
+	for _, secret := range []string{testClientSecret, "tok-1"} {
+		if strings.Contains(shown.String(), secret) {
+			t.Errorf("%q shows in a span: %s", secret, shown.String())
+		}
 	}
 }

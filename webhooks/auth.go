@@ -179,7 +179,7 @@ func (a Auth) headerNames() []string {
 		names = append(names, "Authorization")
 	}
 	if a.AWSSigV4 != nil {
-		names = append(names, awsSignedHeaders[1:]...)
+		names = append(names, awsSignedHeaders...) // Authorization again: harmless
 	}
 	return names
 }
@@ -236,7 +236,9 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // them so that a redirect to another origin drops them: the static ones
 // and the tokens now, the AWS signature last, in transport, over the
 // headers and body actually sent. An Auth that fails Validate ends the
-// attempt, final; a token that cannot be had ends it, to be retried.
+// attempt, final; a token that cannot be had ends it, to be retried (final
+// only when the address policy refuses the token endpoint, as it would
+// the endpoint).
 func (c *Client) authenticated(next handler) handler {
 	return func(ctx context.Context, cl *call) {
 		auth := cl.r.Auth

@@ -82,6 +82,10 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	if p := h.checkTokenURLs(r, sub); p != nil {
+		writeProblem(w, p)
+		return
+	}
 	var err error
 	replayed := false
 	if hasKey {
@@ -334,6 +338,9 @@ func (h *handlers) complete(r *http.Request, cur, next *subscription.Subscriptio
 			return nil, p
 		}
 	}
+	if p := h.checkTokenURLs(r, next); p != nil {
+		return nil, p
+	}
 	return shown, nil
 }
 
@@ -477,7 +484,11 @@ func credentialsMoved(cur, next *subscription.Subscription) *problem {
 		return nil
 	}
 	carried := now.BearerToken != "" && now.BearerToken == was.BearerToken ||
-		now.BasicPassword != "" && now.BasicPassword == was.BasicPassword
+		now.BasicPassword != "" && now.BasicPassword == was.BasicPassword ||
+		now.GoogleIDToken != nil && was.GoogleIDToken != nil && now.GoogleIDToken.CredentialsJSON != "" &&
+			now.GoogleIDToken.CredentialsJSON == was.GoogleIDToken.CredentialsJSON ||
+		now.OAuth2 != nil && was.OAuth2 != nil && now.OAuth2.ClientSecret == was.OAuth2.ClientSecret ||
+		now.ClientCertificate != nil && was.ClientCertificate != nil && now.ClientCertificate.KeyPEM == was.ClientCertificate.KeyPEM
 	for name, v := range now.Headers {
 		for oldName, old := range was.Headers {
 			if http.CanonicalHeaderKey(name) == http.CanonicalHeaderKey(oldName) && v == old {
@@ -510,6 +521,18 @@ func origin(raw string) string {
 		}
 	}
 	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port
+}
+
+// checkTokenURLs checks the token endpoints of sub's credentials like the
+// endpoint: they are egress too (the dialer checks them again).
+func (h *handlers) checkTokenURLs(r *http.Request, sub *subscription.Subscription) *problem {
+	for _, t := range sub.Endpoint.TokenURLs() {
+		if err := h.deps.URLs.CheckURL(r.Context(), t.URL); err != nil {
+			return newProblem(http.StatusBadRequest, slugForbiddenEndpoint, "the token URL was refused",
+				subscription.FieldError{Field: t.Field, Message: err.Error()})
+		}
+	}
+	return nil
 }
 
 func (h *handlers) checkURL(r *http.Request, raw string) *problem {

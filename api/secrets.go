@@ -37,8 +37,14 @@ func present(r *http.Request, sub *subscription.Subscription, shown map[string]b
 			out.Signing.Secrets[i].Secret = sub.Signing.Secrets[i].Secret
 		}
 	}
-	if a := out.Endpoint.Auth; a != nil && a.BasicUsername != "" && !allows(r, auth.ScopeWrite) {
-		a.BasicUsername = redacted
+	if a := out.Endpoint.Auth; a != nil && !allows(r, auth.ScopeWrite) {
+		// User names go with the secrets: shown to those who may set them.
+		if a.BasicUsername != "" {
+			a.BasicUsername = redacted
+		}
+		if a.OAuth2 != nil && a.OAuth2.ClientID != "" {
+			a.OAuth2.ClientID = redacted
+		}
 	}
 	return out
 }
@@ -97,7 +103,9 @@ func allSecrets(sub *subscription.Subscription) map[string]bool {
 //     stored expiry unless it sets one);
 //   - a secret entry with a new value gets an id, a hint and a creation
 //     time, whatever it claimed;
-//   - a redacted endpoint credential keeps the stored one;
+//   - a redacted endpoint credential (header, bearer token, basic
+//     password, Google key, OAuth2 client id or secret, client key)
+//     keeps the stored one;
 //   - a subscription that signs and has no secret gets a new one.
 func resolveSecrets(cur, next *subscription.Subscription, now time.Time, keepSigning bool) (map[string]bool, error) {
 	shown := make(map[string]bool)
@@ -146,6 +154,20 @@ func resolveSecrets(cur, next *subscription.Subscription, now time.Time, keepSig
 		}
 		if a.BasicPassword == redacted {
 			a.BasicPassword = was.BasicPassword
+		}
+		if g := a.GoogleIDToken; g != nil && g.CredentialsJSON == redacted && was.GoogleIDToken != nil {
+			g.CredentialsJSON = was.GoogleIDToken.CredentialsJSON
+		}
+		if o := a.OAuth2; o != nil && was.OAuth2 != nil {
+			if o.ClientSecret == redacted {
+				o.ClientSecret = was.OAuth2.ClientSecret
+			}
+			if o.ClientID == redacted {
+				o.ClientID = was.OAuth2.ClientID
+			}
+		}
+		if c := a.ClientCertificate; c != nil && c.KeyPEM == redacted && was.ClientCertificate != nil {
+			c.KeyPEM = was.ClientCertificate.KeyPEM
 		}
 	}
 	before := len(next.Signing.Secrets)

@@ -36,7 +36,7 @@ func New(sub *subscription.Subscription, defaults webhooks.RetryPolicy) *Endpoin
 	return &Endpoint{
 		sub:     sub,
 		policy:  sub.Retry.Policy(defaults),
-		auth:    sub.Endpoint.Auth.Auth(),
+		auth:    sub.Endpoint.WebhookAuth(),
 		timeout: time.Duration(sub.Endpoint.TimeoutMS) * time.Millisecond,
 		format:  f,
 		now:     time.Now,

@@ -1,8 +1,10 @@
 package subscription
 
 import (
+	"encoding/json"
 	"fmt"
 	"mime"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -118,21 +120,137 @@ type SigningSecret struct {
 // Active reports whether the secret still signs at t.
 func (s SigningSecret) Active(t time.Time) bool { return s.ExpiresAt == nil || t.Before(*s.ExpiresAt) }
 
-// EndpointAuth authenticates deliveries to the endpoint. Its values are
-// secrets: never returned after they are set.
+// EndpointAuth authenticates deliveries to the endpoint. Its secret values
+// are never returned after they are set (see Redacted). At most one of
+// the credentials that set Authorization may be set (bearer, basic, an
+// Authorization header, AWSSigV4, GoogleIDToken, OAuth2); ClientCert
+// composes with any of them.
 type EndpointAuth struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	BearerToken   string            `json:"bearer_token,omitempty"`
 	BasicUsername string            `json:"basic_username,omitempty"`
 	BasicPassword string            `json:"basic_password,omitempty"`
+	// AWSSigV4 signs deliveries for AWS IAM (Lambda function URLs, API
+	// Gateway) with the node's AWS credentials.
+	AWSSigV4 *AWSSigV4Auth `json:"aws_sigv4,omitempty"`
+	// GoogleIDToken sends Google-signed ID tokens (Cloud Run, Cloud
+	// Functions).
+	GoogleIDToken *GoogleIDTokenAuth `json:"google_id_token,omitempty"`
+	// OAuth2 sends tokens of the OAuth 2.0 client credentials grant.
+	OAuth2 *OAuth2ClientCredentials `json:"oauth2_client_credentials,omitempty"`
+	// ClientCertificate is presented in the TLS handshake (mutual TLS).
+	ClientCertificate *ClientCertificate `json:"client_certificate,omitempty"`
 }
 
-// Auth converts to webhooks' form.
+// AWSSigV4Auth signs deliveries with AWS Signature Version 4. No secret is
+// stored: the credentials are the node's (or a role it assumes).
+type AWSSigV4Auth struct {
+	// Region is the endpoint's region, such as "eu-west-1". Required.
+	Region string `json:"region"`
+	// Service is the signing name: "lambda" (default) or "execute-api".
+	Service string `json:"service,omitempty"`
+	// RoleARN is a role the node assumes to sign; empty signs with the
+	// node's own credentials.
+	RoleARN string `json:"role_arn,omitempty"`
+}
+
+// GoogleIDTokenAuth sends Google-signed OpenID Connect ID tokens.
+type GoogleIDTokenAuth struct {
+	// Audience is the tokens' aud claim; empty means the endpoint URL
+	// (without query).
+	Audience string `json:"audience,omitempty"`
+	// CredentialsJSON is a service account key, a secret; empty uses the
+	// node's Application Default Credentials.
+	CredentialsJSON string `json:"credentials_json,omitempty"`
+}
+
+// OAuth2ClientCredentials gets tokens with the client credentials grant.
+type OAuth2ClientCredentials struct {
+	TokenURL string `json:"token_url"`
+	ClientID string `json:"client_id"`
+	// ClientSecret is a secret.
+	ClientSecret string   `json:"client_secret,omitempty"`
+	Scopes       []string `json:"scopes,omitempty"`
+}
+
+// ClientCertificate is a TLS client certificate, PEM encoded. A new
+// certificate takes effect with the subscription version that sets it.
+type ClientCertificate struct {
+	CertPEM string `json:"cert_pem"`
+	// KeyPEM is the private key, a secret.
+	KeyPEM string `json:"key_pem,omitempty"`
+}
+
+// Auth converts to webhooks' form. A Google ID token without an audience
+// is left without one here; [Endpoint.WebhookAuth] gives it the default.
 func (a *EndpointAuth) Auth() *webhooks.Auth {
 	if a == nil {
 		return nil
 	}
-	return &webhooks.Auth{Headers: a.Headers, BearerToken: a.BearerToken, BasicUser: a.BasicUsername, BasicPassword: a.BasicPassword}
+	w := &webhooks.Auth{Headers: a.Headers, BearerToken: a.BearerToken, BasicUser: a.BasicUsername, BasicPassword: a.BasicPassword}
+	if s := a.AWSSigV4; s != nil {
+		w.AWSSigV4 = &webhooks.AWSSigV4{Region: s.Region, Service: s.Service, RoleARN: s.RoleARN}
+	}
+	if g := a.GoogleIDToken; g != nil {
+		w.GoogleIDToken = &webhooks.GoogleIDToken{Audience: g.Audience, CredentialsJSON: g.CredentialsJSON}
+	}
+	if o := a.OAuth2; o != nil {
+		w.OAuth2 = &webhooks.OAuth2ClientCredentials{TokenURL: o.TokenURL, ClientID: o.ClientID,
+			ClientSecret: o.ClientSecret, Scopes: o.Scopes}
+	}
+	if c := a.ClientCertificate; c != nil {
+		w.ClientCert = &webhooks.ClientCert{CertPEM: c.CertPEM, KeyPEM: c.KeyPEM}
+	}
+	return w
+}
+
+// WebhookAuth returns the endpoint's credentials in webhooks' form, a
+// Google ID token's audience defaulting to the endpoint URL without its
+// query and fragment. Nil when the endpoint has none.
+func (e *Endpoint) WebhookAuth() *webhooks.Auth {
+	w := e.Auth.Auth()
+	if w != nil && w.GoogleIDToken != nil && w.GoogleIDToken.Audience == "" {
+		w.GoogleIDToken.Audience = defaultAudience(e.URL)
+	}
+	return w
+}
+
+// TokenURL is a URL deliveries fetch tokens from, and the field that
+// names it.
+type TokenURL struct {
+	Field, URL string
+}
+
+// TokenURLs returns the token endpoints the endpoint's credentials call:
+// the OAuth2 token URL and a Google service account key's token_uri.
+// They are egress like the endpoint itself.
+func (e *Endpoint) TokenURLs() []TokenURL {
+	a := e.Auth
+	if a == nil {
+		return nil
+	}
+	var out []TokenURL
+	if a.OAuth2 != nil && a.OAuth2.TokenURL != "" {
+		out = append(out, TokenURL{"endpoint.auth.oauth2_client_credentials.token_url", a.OAuth2.TokenURL})
+	}
+	if a.GoogleIDToken != nil && a.GoogleIDToken.CredentialsJSON != "" {
+		var key struct {
+			TokenURI string `json:"token_uri"`
+		}
+		if json.Unmarshal([]byte(a.GoogleIDToken.CredentialsJSON), &key) == nil && key.TokenURI != "" {
+			out = append(out, TokenURL{"endpoint.auth.google_id_token.credentials_json", key.TokenURI})
+		}
+	}
+	return out
+}
+
+func defaultAudience(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return endpoint
+	}
+	u.RawQuery, u.Fragment, u.RawFragment = "", "", ""
+	return u.String()
 }
 
 // NewSigningSecret makes a secret created at now.
@@ -230,6 +348,20 @@ func (s *Subscription) Redacted() *Subscription {
 		if a.BasicPassword != "" {
 			r.BasicPassword = redactedValue
 		}
+		if s := a.AWSSigV4; s != nil {
+			v := *s
+			r.AWSSigV4 = &v
+		}
+		if g := a.GoogleIDToken; g != nil {
+			r.GoogleIDToken = &GoogleIDTokenAuth{Audience: g.Audience, CredentialsJSON: redact(g.CredentialsJSON)}
+		}
+		if o := a.OAuth2; o != nil {
+			r.OAuth2 = &OAuth2ClientCredentials{TokenURL: o.TokenURL, ClientID: o.ClientID,
+				ClientSecret: redact(o.ClientSecret), Scopes: append([]string(nil), o.Scopes...)}
+		}
+		if cc := a.ClientCertificate; cc != nil {
+			r.ClientCertificate = &ClientCertificate{CertPEM: cc.CertPEM, KeyPEM: redact(cc.KeyPEM)}
+		}
 		c.Endpoint.Auth = r
 	}
 	return &c
@@ -237,6 +369,22 @@ func (s *Subscription) Redacted() *Subscription {
 
 // redactedValue stands in for a secret in answers.
 const redactedValue = "[redacted]"
+
+// ptrField returns f(p), or "" when p is nil.
+func ptrField[T any](p *T, f func(*T) string) string {
+	if p == nil {
+		return ""
+	}
+	return f(p)
+}
+
+// redact returns what an answer shows of secret v.
+func redact(v string) string {
+	if v == "" {
+		return ""
+	}
+	return redactedValue
+}
 
 // validateDelivery checks the delivery policy fields.
 func (s *Subscription) validateDelivery(add func(field, msg string)) {
@@ -291,9 +439,22 @@ func (s *Subscription) validateDelivery(add func(field, msg string)) {
 			add("signing.secrets["+strconv.Itoa(i)+"].secret", `must be "whsec_" followed by base64 of 24 to 64 bytes`)
 		}
 	}
-	if a := s.Endpoint.Auth; a != nil {
-		if err := a.Auth().Validate(); err != nil {
+	if a := s.Endpoint.WebhookAuth(); a != nil {
+		if err := a.Validate(); err != nil {
 			add("endpoint.auth", err.Error())
+		}
+	}
+	if a := s.Endpoint.Auth; a != nil {
+		// "[redacted]" stands for a stored value; with none stored it
+		// would be taken for the secret itself.
+		for _, f := range []struct{ field, v string }{
+			{"endpoint.auth.google_id_token.credentials_json", ptrField(a.GoogleIDToken, func(g *GoogleIDTokenAuth) string { return g.CredentialsJSON })},
+			{"endpoint.auth.oauth2_client_credentials.client_secret", ptrField(a.OAuth2, func(o *OAuth2ClientCredentials) string { return o.ClientSecret })},
+			{"endpoint.auth.client_certificate.key_pem", ptrField(a.ClientCertificate, func(c *ClientCertificate) string { return c.KeyPEM })},
+		} {
+			if f.v == redactedValue {
+				add(f.field, "is "+redactedValue+" but no value is stored: send the secret")
+			}
 		}
 	}
 	if b := s.Batch; b != (Batch{}) {

@@ -32,6 +32,15 @@ type Auth struct {
 	// BasicUser and BasicPassword are sent as HTTP Basic authentication
 	// (RFC 7617) when BasicUser is set.
 	BasicUser, BasicPassword string
+	// AWSSigV4, if not nil, signs every attempt for AWS IAM.
+	AWSSigV4 *AWSSigV4
+	// GoogleIDToken, if not nil, sends a Google-signed ID token.
+	GoogleIDToken *GoogleIDToken
+	// OAuth2, if not nil, sends a token of the client credentials grant.
+	OAuth2 *OAuth2ClientCredentials
+	// ClientCert, if not nil, is presented in the TLS handshake. It
+	// composes with every other credential.
+	ClientCert *ClientCert
 }
 
 // reservedHeaders are set by the client, the encoder, the signer or the
@@ -66,8 +75,49 @@ var reservedHeaderPrefixes = []string{"Keyhook-", "Webhook-", "Ce-", "Proxy-"}
 // traceparent, keyhook-*, webhook-*, ce-*...), control characters in any
 // value (a CR or LF would let a value inject headers), a colon in the basic
 // user (RFC 7617), a password without a user, two names differing only
-// in case, and two sources of Authorization at once. Its messages never contain a value.
+// in case, and two sources of Authorization at once (the static ones,
+// aws_sigv4, google_id_token and oauth2_client_credentials each set it).
+// Its messages never contain a value.
 func (a Auth) Validate() error {
+	if err := a.validateStatic(); err != nil {
+		return err
+	}
+	if n := a.authorizationSources(); n > 1 {
+		return errors.New("auth: bearer_token, basic_user, an Authorization header, aws_sigv4, google_id_token and oauth2_client_credentials each set Authorization: set one")
+	}
+	if a.AWSSigV4 != nil {
+		for name := range a.Headers {
+			if strings.HasPrefix(http.CanonicalHeaderKey(name), "X-Amz-") {
+				return fmt.Errorf("auth.headers: %q is set by the aws_sigv4 signature", name)
+			}
+		}
+	}
+	for _, k := range []interface{ validate() error }{a.AWSSigV4, a.GoogleIDToken, a.OAuth2, a.ClientCert} {
+		if err := k.validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// authorizationSources counts the credentials that set Authorization.
+func (a Auth) authorizationSources() int {
+	n := 0
+	for name := range a.Headers {
+		if http.CanonicalHeaderKey(name) == "Authorization" {
+			n++
+		}
+	}
+	for _, set := range []bool{a.BearerToken != "", a.BasicUser != "", a.AWSSigV4 != nil, a.GoogleIDToken != nil, a.OAuth2 != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+// validateStatic checks the static credentials: headers, bearer, basic.
+func (a Auth) validateStatic() error {
 	bearer, basic := a.BearerToken != "", a.BasicUser != ""
 	seen := make(map[string]string, len(a.Headers))
 	for _, name := range slices.Sorted(maps.Keys(a.Headers)) {
@@ -125,13 +175,17 @@ func (a Auth) headerNames() []string {
 	for name := range a.Headers {
 		names = append(names, http.CanonicalHeaderKey(name))
 	}
-	if a.BearerToken != "" || a.BasicUser != "" {
+	if a.BearerToken != "" || a.BasicUser != "" || a.GoogleIDToken != nil || a.OAuth2 != nil || a.AWSSigV4 != nil {
 		names = append(names, "Authorization")
+	}
+	if a.AWSSigV4 != nil {
+		names = append(names, awsSignedHeaders...) // Authorization again: harmless
 	}
 	return names
 }
 
-// String shows which credentials are set, never their values, such as
+// String shows which credentials are set, never their values (an AWS
+// region and service are not secret), such as
 // "Auth{headers: [X-Api-Key], bearer_token: [REDACTED]}".
 func (a Auth) String() string {
 	var parts []string
@@ -143,6 +197,18 @@ func (a Auth) String() string {
 	}
 	if a.BasicUser != "" || a.BasicPassword != "" {
 		parts = append(parts, "basic: "+redacted)
+	}
+	if a.AWSSigV4 != nil {
+		parts = append(parts, "aws_sigv4: "+a.AWSSigV4.Region+"/"+a.AWSSigV4.service())
+	}
+	if a.GoogleIDToken != nil {
+		parts = append(parts, "google_id_token: "+redacted)
+	}
+	if a.OAuth2 != nil {
+		parts = append(parts, "oauth2_client_credentials: "+redacted)
+	}
+	if a.ClientCert != nil {
+		parts = append(parts, "client_certificate: "+redacted)
 	}
 	return "Auth{" + strings.Join(parts, ", ") + "}"
 }
@@ -167,17 +233,49 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 }
 
 // authenticated adds the request's credentials to its attempt, and names
-// them so that a redirect to another origin drops them. An Auth that fails
-// Validate ends the attempt, final.
-func authenticated(next handler) handler {
+// them so that a redirect to another origin drops them: the static ones
+// and the tokens now, the AWS signature last, in transport, over the
+// headers and body actually sent. An Auth that fails Validate ends the
+// attempt, final; a token that cannot be had ends it, to be retried (final
+// only when the address policy refuses the token endpoint, as it would
+// the endpoint).
+func (c *Client) authenticated(next handler) handler {
 	return func(ctx context.Context, cl *call) {
-		if auth := cl.r.Auth; auth != nil {
-			if err := auth.Validate(); err != nil {
-				cl.a.Err = fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		auth := cl.r.Auth
+		if auth == nil {
+			next(ctx, cl)
+			return
+		}
+		if err := auth.Validate(); err != nil {
+			cl.a.Err = fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+			return
+		}
+		auth.Apply(cl.header)
+		cl.credentials = auth.headerNames()
+		token, err := c.creds.bearer(auth)
+		if err != nil {
+			cl.a.Err = err
+			return
+		}
+		if token != "" {
+			cl.header.Set("Authorization", "Bearer "+token)
+		}
+		if s := auth.AWSSigV4; s != nil {
+			creds, err := c.creds.awsCredentials(ctx, s)
+			if err != nil {
+				cl.a.Err = err
 				return
 			}
-			auth.Apply(cl.header)
-			cl.credentials = auth.headerNames()
+			body := cl.r.Body
+			cl.finish = func(req *http.Request) error { return s.sign(req.Context(), creds, req, body, c.clock.Now()) }
+		}
+		if cert := auth.ClientCert; cert != nil {
+			hc, err := c.creds.client(cert, c.checkRedirect)
+			if err != nil {
+				cl.a.Err = err
+				return
+			}
+			cl.http = hc
 		}
 		next(ctx, cl)
 	}

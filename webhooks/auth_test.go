@@ -151,3 +151,66 @@ func TestAuthNeverPrintsItsValues(t *testing.T) {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
+
+func TestAuthValidateFaaSCredentials(t *testing.T) {
+	ca := newTestCA(t)
+	cert := ca.issue(t, "c")
+	oauth := func() *webhooks.OAuth2ClientCredentials {
+		return &webhooks.OAuth2ClientCredentials{TokenURL: "https://auth.example.com/token", ClientID: "id", ClientSecret: "secret-v"}
+	}
+	key := `{"type":"service_account","client_email":"a@b.iam.gserviceaccount.com","private_key":"secret-v","token_uri":"https://oauth2.googleapis.com/token"}`
+	tests := []struct {
+		name string
+		auth webhooks.Auth
+		want string // "" for valid
+	}{
+		{"sigv4 lambda", webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{Region: "eu-west-1"}}, ""},
+		{"sigv4 api gateway with role", webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{Region: "us-gov-west-1", Service: "execute-api",
+			RoleARN: "arn:aws:iam::123456789012:role/keyhook-invoker"}}, ""},
+		{"sigv4 without region", webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{}}, `auth.aws_sigv4.region must be an AWS region such as "eu-west-1"`},
+		{"sigv4 bad service", webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{Region: "eu-west-1", Service: "Lambda Svc"}}, `auth.aws_sigv4.service must be a signing name such as "lambda" or "execute-api"`},
+		{"sigv4 bad role", webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{Region: "eu-west-1", RoleARN: "keyhook"}}, "auth.aws_sigv4.role_arn must be an IAM role ARN (arn:aws:iam::<account>:role/<name>)"},
+		{"sigv4 and an x-amz header", webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{Region: "eu-west-1"}, Headers: map[string]string{"x-amz-date": "secret-v"}}, `auth.headers: "x-amz-date" is set by the aws_sigv4 signature`},
+		{"sigv4 and bearer", webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{Region: "eu-west-1"}, BearerToken: "secret-v"}, "auth: bearer_token, basic_user, an Authorization header, aws_sigv4, google_id_token and oauth2_client_credentials each set Authorization: set one"},
+		{"oauth2", webhooks.Auth{OAuth2: oauth()}, ""},
+		{"oauth2 and google", webhooks.Auth{OAuth2: oauth(), GoogleIDToken: &webhooks.GoogleIDToken{Audience: "https://x.run.app"}}, "auth: bearer_token, basic_user, an Authorization header, aws_sigv4, google_id_token and oauth2_client_credentials each set Authorization: set one"},
+		{"oauth2 and an authorization header", webhooks.Auth{OAuth2: oauth(), Headers: map[string]string{"Authorization": "secret-v"}}, "auth: bearer_token, basic_user, an Authorization header, aws_sigv4, google_id_token and oauth2_client_credentials each set Authorization: set one"},
+		{"oauth2 token url not absolute", webhooks.Auth{OAuth2: &webhooks.OAuth2ClientCredentials{TokenURL: "/token", ClientID: "id", ClientSecret: "secret-v"}}, "auth.oauth2_client_credentials.token_url must be an absolute http or https URL"},
+		{"oauth2 without secret", webhooks.Auth{OAuth2: &webhooks.OAuth2ClientCredentials{TokenURL: "https://a/t", ClientID: "id"}}, "auth.oauth2_client_credentials.client_secret is required and must not contain control characters"},
+		{"oauth2 scope with space", webhooks.Auth{OAuth2: &webhooks.OAuth2ClientCredentials{TokenURL: "https://a/t", ClientID: "id", ClientSecret: "secret-v", Scopes: []string{"a b"}}}, "auth.oauth2_client_credentials.scopes must be single words without spaces or control characters"},
+		{"google with node credentials", webhooks.Auth{GoogleIDToken: &webhooks.GoogleIDToken{Audience: "https://x.run.app"}}, ""},
+		{"google with a key", webhooks.Auth{GoogleIDToken: &webhooks.GoogleIDToken{Audience: "https://x.run.app", CredentialsJSON: key}}, ""},
+		{"google without audience", webhooks.Auth{GoogleIDToken: &webhooks.GoogleIDToken{}}, "auth.google_id_token.audience is required and must be a URL or name without user information or control characters"},
+		{"google external account", webhooks.Auth{GoogleIDToken: &webhooks.GoogleIDToken{Audience: "a", CredentialsJSON: `{"type":"external_account","credential_source":{"file":"/etc/secret-v"}}`}}, `auth.google_id_token.credentials_json must be a service account key (JSON with "type": "service_account", "client_email" and "private_key")`},
+		{"client certificate with bearer", webhooks.Auth{ClientCert: cert, BearerToken: "tok"}, ""},
+		{"client certificate with sigv4", webhooks.Auth{ClientCert: cert, AWSSigV4: &webhooks.AWSSigV4{Region: "eu-west-1"}}, ""},
+		{"client certificate without key", webhooks.Auth{ClientCert: &webhooks.ClientCert{CertPEM: cert.CertPEM}}, "auth.client_certificate must hold a PEM certificate (cert_pem) and its matching private key (key_pem)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.auth.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("Validate() = %q, want %q", got, tt.want)
+			}
+			if strings.Contains(got, "secret-v") {
+				t.Errorf("the error shows a value: %s", got)
+			}
+		})
+	}
+}
+
+func TestAuthStringNamesTheFaaSCredentialsWithoutTheirValues(t *testing.T) {
+	a := webhooks.Auth{AWSSigV4: &webhooks.AWSSigV4{Region: "eu-west-1"}, ClientCert: &webhooks.ClientCert{CertPEM: "c", KeyPEM: "secret-key"},
+		GoogleIDToken: &webhooks.GoogleIDToken{Audience: "a", CredentialsJSON: "secret-json"},
+		OAuth2:        &webhooks.OAuth2ClientCredentials{ClientSecret: "secret-cs"}}
+	want := "Auth{aws_sigv4: eu-west-1/lambda, google_id_token: [REDACTED], oauth2_client_credentials: [REDACTED], client_certificate: [REDACTED]}"
+	for _, got := range []string{a.String(), fmt.Sprintf("%+v", a), fmt.Sprintf("%#v", &a)} {
+		if got != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+	}
+}

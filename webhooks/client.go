@@ -134,6 +134,9 @@ type Client struct {
 	// limited is Send inside the endpoint's limiter, when there is one:
 	// what Deliver and DeliverBatch call.
 	limited sendFunc
+	// creds keeps token sources, AWS credentials and client certificate
+	// pools across attempts.
+	creds *credentialCache
 }
 
 // NewClient returns a Client whose dialer checks every destination address
@@ -221,13 +224,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if prop == nil {
 		prop = propagation.TraceContext{}
 	}
-	c := &Client{cfg: cfg, tr: tr, clock: clock, tracer: tp.Tracer(instrumentation), prop: prop}
+	c := &Client{cfg: cfg, tr: tr, clock: clock, tracer: tp.Tracer(instrumentation), prop: prop, creds: newCredentialCache(tr)}
 	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	// One wrapper per concern, outermost first. The span covers the whole
 	// attempt, a refused request included; credentials and the signature
 	// come after the caller's headers, which they must not follow, and the
 	// trace context last, so the endpoint continues the attempt's span.
-	c.attempt = chain(c.transport, c.traced, c.prepared, authenticated, signed, c.propagated)
+	c.attempt = chain(c.transport, c.traced, c.prepared, c.authenticated, signed, c.propagated)
 	c.limited = limit(cfg.Limiters, c.sendOnce)
 	return c, nil
 }
@@ -243,6 +246,12 @@ type call struct {
 	// credentials names the headers that must not follow a redirect to
 	// another origin.
 	credentials []string
+	// finish, if set, completes the request just before it is sent: a
+	// signature over every header and the body (AWS SigV4).
+	finish func(*http.Request) error
+	// http, if set, sends the request instead of the client's own: a
+	// pool presenting the subscription's client certificate.
+	http *http.Client
 }
 
 // handler handles one call.
@@ -258,7 +267,10 @@ func chain(core handler, wrappers ...func(handler) handler) handler {
 
 // CloseIdleConnections closes the pooled connections that carry no request.
 // Call it when the client is no longer needed.
-func (c *Client) CloseIdleConnections() { c.tr.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() {
+	c.tr.CloseIdleConnections()
+	c.creds.closeIdleConnections()
+}
 
 // Request is one webhook to send.
 type Request struct {
@@ -408,8 +420,18 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 		return
 	}
 	req.Header = cl.header
+	if cl.finish != nil {
+		if err := cl.finish(req); err != nil {
+			a.Err = err
+			return
+		}
+	}
+	hc := c.http
+	if cl.http != nil {
+		hc = cl.http
+	}
 
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		a.Err = describeError(ctx, actx, r.URL, c.timeout(r), err)
 		return

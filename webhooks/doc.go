@@ -16,7 +16,15 @@
 //     partial-failure answer [ParseBatchResponse] reads;
 //   - the Standard Webhooks signature ([Signer]), made at every attempt so
 //     its timestamp is fresh, under one or more rotating secrets ([Secret]);
-//   - the endpoint's credentials ([Auth]), which never print.
+//   - the endpoint's credentials ([Auth]), which never print: static ones,
+//     and those FaaS platforms expect, made at attempt time: an AWS SigV4
+//     signature ([AWSSigV4]), a Google ID token ([GoogleIDToken]), an
+//     OAuth2 client credentials token ([OAuth2ClientCredentials]), a TLS
+//     client certificate ([ClientCert]). The [Client] keeps their tokens,
+//     AWS credentials and certificate connection pools, keyed by the
+//     credentials themselves, so one token serves every delivery until it
+//     nears its expiry; token endpoints are egress under the same
+//     [AddressPolicy].
 //
 // And how it is sent:
 //   - which destination addresses egress may reach ([AddressPolicy]), checked
@@ -35,7 +43,7 @@
 //     request waiting for its retry holds none of their slots.
 //
 // Each concern of an attempt is one small wrapper around the transport, in
-// its own file: tracing (tracing.go), credentials (auth.go), signing
-// (signing.go) and, around whole attempts of a delivery, the endpoint's
+// its own file: tracing (tracing.go), credentials (auth.go, one file per
+// kind beside it, their cache in credentials.go), signing (signing.go) and, around whole attempts of a delivery, the endpoint's
 // limiter (limiter.go). NewClient chains them in a fixed order.
 package webhooks

@@ -23,6 +23,9 @@ type redirectKey struct{}
 type redirectRules struct {
 	limit       int
 	credentials []string
+	// clientCert says the request presents a client certificate, which
+	// lives in the connection and cannot be dropped like a header.
+	clientCert bool
 }
 
 // checkRedirect decides, before each redirect, whether the client follows
@@ -58,6 +61,12 @@ func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
 	if sameOrigin(via[0], req) {
 		return nil
 	}
+	if rules.clientCert {
+		// The handshake with the new origin would present the
+		// subscription's certificate: refused rather than given away.
+		return fmt.Errorf("%w: a redirect to %s, another origin, would present the subscription's client certificate there",
+			ErrRedirectRefused, target)
+	}
 	// Credentials belong to the registered endpoint. net/http drops
 	// Authorization on a change of domain only; a custom API-key header
 	// or a change of port would still carry them.
@@ -76,7 +85,7 @@ func sameOrigin(a, b *http.Request) bool {
 // withRedirectRules records in ctx how r may be redirected, credentials
 // naming its credential headers.
 func (c *Client) withRedirectRules(ctx context.Context, r *Request, credentials []string) context.Context {
-	rules := redirectRules{limit: r.FollowRedirects, credentials: credentials}
+	rules := redirectRules{limit: r.FollowRedirects, credentials: credentials, clientCert: r.Auth != nil && r.Auth.ClientCert != nil}
 	if rules.limit == 0 {
 		rules.limit = c.cfg.FollowRedirects
 	}

@@ -1,8 +1,10 @@
 // Package control carries out the operations an operator asks of a
 // subscription's Kafka side, outside the delivery pipeline: Seeker moves
 // its consumer group (pause, wait for the group to empty, rewrite the
-// commits, forget the acked ranges, resume) and StatusReader joins the
-// group's commits and log ends with the tracking state its owners flushed.
+// commits, forget the acked ranges, resume), StatusReader joins the
+// group's commits and log ends with the tracking state its owners flushed,
+// and StartResolver commits a new subscription's start position for its
+// group before the subscription exists.
 //
 // The package knows Kafka's admin API (kadm) and the subscription type; it
 // reaches the subscription store and the tracker through the small

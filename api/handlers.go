@@ -82,6 +82,19 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	// The start is fixed before the subscription exists: its id is drawn
+	// first, the group's start offsets are committed, and only then is it
+	// stored, so no node can consume the group from anywhere else. A crash
+	// in between leaves commits of a group no subscription has, which
+	// nothing reads. (A replayed idempotent request leaves such commits
+	// too; the store only knows it is a replay when it is asked to store.)
+	sub.ID = subscription.NewID()
+	if err := h.deps.Starts.ResolveStart(r.Context(), sub); err != nil {
+		h.log.WarnContext(r.Context(), "api: create subscription: fix the start position", "error", err)
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, slugKafkaUnavailable,
+			"Kafka did not answer while the subscription's start position was fixed; nothing was stored, retry later"))
+		return
+	}
 	var err error
 	replayed := false
 	if hasKey {

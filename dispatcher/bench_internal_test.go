@@ -42,7 +42,10 @@ func (s okSender) DeliverBatch(ctx context.Context, b *webhooks.BatchDelivery, p
 
 type noTracker struct{}
 
-func (noTracker) Claim(context.Context, tracking.PartitionKey, string, int32) (tracking.Claim, error) {
+func (noTracker) Load(context.Context, []tracking.PartitionKey) (map[tracking.PartitionKey]tracking.PartitionState, error) {
+	return nil, nil
+}
+func (noTracker) ClaimTopic(context.Context, tracking.PartitionKey, string, int32, string) (tracking.Claim, error) {
 	return tracking.Claim{}, nil
 }
 func (noTracker) Flush(context.Context, tracking.PartitionKey, tracking.Flush) error { return nil }

@@ -55,6 +55,9 @@ type worker struct {
 	log *slog.Logger
 	// attrs are the partition's metric attributes.
 	attrs attribute.Set
+	// topicID is the topic's Kafka ID as of the assignment, "" unknown;
+	// the claim drops tracking state of another ID (a deleted topic).
+	topicID string
 
 	mu      sync.Mutex
 	inbox   [][]*kgo.Record
@@ -271,10 +274,14 @@ func (w *worker) claim() error {
 	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
 		w.gen = gen
 	}
-	c, err := w.g.n.tracker.Claim(ctx, w.pk, w.g.n.cfg.NodeID, w.gen)
+	c, err := w.g.n.tracker.ClaimTopic(ctx, w.pk, w.g.n.cfg.NodeID, w.gen, w.topicID)
 	if err != nil {
 		w.g.countError("claim")
 		return err
+	}
+	if c.DiscardedTopicID != "" {
+		w.log.Warn("tracking state of a deleted topic of the same name dropped", "topic_id", w.topicID, "old_topic_id", c.DiscardedTopicID)
+		w.g.countStartReset(w.tp, resetStaleTracking)
 	}
 	w.epoch = c.Epoch
 	w.m.Claim(c.Acked)

@@ -86,7 +86,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	t.commitTime, e = m.Float64Histogram("keyhook.kafka.commit.duration", metric.WithDescription("One offset commit to Kafka."), metric.WithUnit("s"), seconds)
 	must(e)
-	t.errors, e = m.Int64Counter("keyhook.errors", metric.WithDescription("Failed Redis and Kafka operations, by operation: flush, claim, commit, fetch, dead_letter."), metric.WithUnit("{error}"))
+	t.errors, e = m.Int64Counter("keyhook.errors", metric.WithDescription("Failed Redis and Kafka operations, by operation: flush, claim, load, commit, fetch, dead_letter."), metric.WithUnit("{error}"))
 	must(e)
 	t.rebalances, e = m.Int64Counter("keyhook.rebalances", metric.WithDescription("Partitions assigned, revoked or lost."), metric.WithUnit("{partition}"))
 	must(e)

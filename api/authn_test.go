@@ -28,7 +28,7 @@ func routes(t *testing.T, h http.Handler) [][2]string {
 func TestEveryV1RouteNeedsAValidTokenWithItsScope(t *testing.T) {
 	e := newEnv(t)
 	sub := e.create(t, validBody)
-	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker,
+	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
 		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens}, Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -68,6 +68,33 @@ func (f *fakeStatus) askedIDs() []string {
 	return append([]string(nil), f.asked...)
 }
 
+// fakeStarts stands in for control.StartResolver: it records the
+// subscriptions it was asked about, as they were then, or fails with err.
+type fakeStarts struct {
+	mu    sync.Mutex
+	asked []subscription.Subscription
+	err   error
+}
+
+func (f *fakeStarts) ResolveStart(_ context.Context, sub *subscription.Subscription) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, *sub)
+	return f.err
+}
+
+func (f *fakeStarts) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *fakeStarts) calls() []subscription.Subscription {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]subscription.Subscription(nil), f.asked...)
+}
+
 // fakeSeeker stands in for the dispatcher's admin: it records each seek
 // and answers with a result built from it, or with err.
 type fakeSeeker struct {
@@ -182,6 +209,7 @@ type env struct {
 	nodes  *nodes.Registry
 	status *fakeStatus
 	seeker *fakeSeeker
+	starts *fakeStarts
 	dead   *fakeDeadLetters
 	clean  *fakeCleanup
 	log    *lockedBuffer
@@ -218,7 +246,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 		server: server, rdb: rdb,
 		store:  subs,
 		tokens: tokens,
-		status: &fakeStatus{}, seeker: &fakeSeeker{}, dead: &fakeDeadLetters{}, clean: &fakeCleanup{},
+		status: &fakeStatus{}, seeker: &fakeSeeker{}, starts: &fakeStarts{}, dead: &fakeDeadLetters{}, clean: &fakeCleanup{},
 		log:   &lockedBuffer{},
 		ready: map[string]error{},
 	}
@@ -280,7 +308,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 		o.config(&cfg)
 	}
 	h, err := NewRouter(Dependencies{
-		Store: store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker,
+		Store: store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
 		DeadLetters: e.dead, Tester: tester, Nodes: reg, Auth: e.tokens, Cleanup: e.clean,
 	}, cfg)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // handlers in process, without a server.
 func fuzzRouter(f *testing.F) (*env, http.Handler) {
 	e := newEnv(f)
-	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker,
+	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
 		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens},
 		Config{MaxBodyBytes: 4096, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

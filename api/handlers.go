@@ -86,6 +86,19 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	// The start is fixed before the subscription exists: its id is drawn
+	// first, the group's start offsets are committed, and only then is it
+	// stored, so no node can consume the group from anywhere else. A crash
+	// in between leaves commits of a group no subscription has, which
+	// nothing reads. (A replayed idempotent request leaves such commits
+	// too; the store only knows it is a replay when it is asked to store.)
+	sub.ID = subscription.NewID()
+	if err := h.deps.Starts.ResolveStart(r.Context(), sub); err != nil {
+		h.log.WarnContext(r.Context(), "api: create subscription: fix the start position", "error", err)
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, slugKafkaUnavailable,
+			"Kafka did not answer while the subscription's start position was fixed; nothing was stored, retry later"))
+		return
+	}
 	var err error
 	replayed := false
 	if hasKey {
@@ -606,8 +619,7 @@ func (h *handlers) internal(w http.ResponseWriter, r *http.Request, what string,
 		// broker restarting): the client may try again, nothing changed.
 		h.log.WarnContext(r.Context(), "api: "+what, "method", r.Method, "path", r.URL.Path, "error", err)
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, newProblem(http.StatusServiceUnavailable, slugNotReady, "kafka is not available; try again shortly",
-			subscription.FieldError{Field: "kafka", Message: "not available"}))
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, slugKafkaUnavailable, "kafka is not available; nothing changed, try again shortly"))
 		return
 	}
 	h.log.ErrorContext(r.Context(), "api: "+what, "method", r.Method, "path", r.URL.Path, "error", err)

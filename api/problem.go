@@ -29,6 +29,7 @@ const (
 	slugUnauthorized         = "unauthorized"
 	slugInsufficientScope    = "insufficient-scope"
 	slugNotReady             = "not-ready"
+	slugKafkaUnavailable     = "kafka-unavailable"
 	slugInternal             = "internal"
 )
 
@@ -66,6 +67,8 @@ func title(slug string) string {
 		return "Insufficient scope"
 	case slugNotReady:
 		return "Service not ready"
+	case slugKafkaUnavailable:
+		return "Kafka is not answering"
 	default:
 		return "Internal server error"
 	}

@@ -60,6 +60,15 @@ type Seeker interface {
 	Seek(ctx context.Context, sub *subscription.Subscription, req subscription.SeekRequest) (*subscription.SeekResult, error)
 }
 
+// StartResolver fixes where a new subscription starts reading, before it
+// is stored and any node can consume its group. control.StartResolver
+// implements it: for a "latest" subscription it commits the log end of
+// every partition for the group of sub, whose ID is already assigned. An
+// error means Kafka could not answer.
+type StartResolver interface {
+	ResolveStart(ctx context.Context, sub *subscription.Subscription) error
+}
+
 // DeadLetterSource lists and redrives a subscription's dead letters.
 // deadletter.Reader implements it. DeadLetters returns the page after
 // cursor ("" for the first), at most limit items; a cursor it did not
@@ -110,6 +119,7 @@ type Dependencies struct {
 	URLs        URLChecker
 	Status      StatusSource
 	Seeker      Seeker
+	Starts      StartResolver
 	DeadLetters DeadLetterSource
 	Tester      Tester
 	Nodes       NodeLister
@@ -126,7 +136,7 @@ func (d Dependencies) validate() error {
 		nil  bool
 	}{
 		{"Store", d.Store == nil}, {"URLs", d.URLs == nil}, {"Status", d.Status == nil},
-		{"Seeker", d.Seeker == nil}, {"DeadLetters", d.DeadLetters == nil}, {"Tester", d.Tester == nil},
+		{"Seeker", d.Seeker == nil}, {"Starts", d.Starts == nil}, {"DeadLetters", d.DeadLetters == nil}, {"Tester", d.Tester == nil},
 		{"Nodes", d.Nodes == nil}, {"Auth", d.Auth == nil},
 	} {
 		if f.nil {

@@ -53,7 +53,7 @@ func loadSpec(t *testing.T) *openapi3.T {
 func specRouter(t *testing.T) http.Handler {
 	t.Helper()
 	e := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics = http.NotFoundHandler() }})
-	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker,
+	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
 		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens}, Config{Metrics: http.NotFoundHandler()})
 	if err != nil {
 		t.Fatal(err)
@@ -400,6 +400,11 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	e.seeker.err = unavailable
 	c.send(e, req{method: "POST", path: id + "/seek", token: e.writer, header: jsonCT, body: `{"to":"latest"}`}, 503, false)
 	e.seeker.err = nil
+	// 503 on a create when Kafka does not answer as the start is fixed.
+	e.starts.fail(errors.New("down"))
+	c.send(e, req{method: "POST", path: "/v1/subscriptions", token: e.writer, header: map[string]string{"Content-Type": "application/json"},
+		body: strings.Replace(validBody, `["orders"]`, `["spec-starts"]`, 1)}, 503, false)
+	e.starts.fail(nil)
 
 	// Generated: every /v1 route without a token, with the wrong scope,
 	// on an unknown subscription, with a stale If-Match, an oversized or

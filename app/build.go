@@ -225,12 +225,16 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
+		starts, err := control.NewStartResolver(adm)
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		tester, err := api.NewWebhookTester(a.apiSender)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 		handler, err := api.NewRouter(api.Dependencies{
-			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, DeadLetters: a.deadLetters,
+			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, Starts: starts, DeadLetters: a.deadLetters,
 			Tester: tester, Nodes: a.registry, Auth: a.tokens, Cleanup: a.cleaner,
 		}, api.Config{
 			Logger:        log,

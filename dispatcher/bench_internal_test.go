@@ -36,7 +36,10 @@ func (s okSender) Deliver(ctx context.Context, r *webhooks.Request, _ webhooks.R
 
 type noTracker struct{}
 
-func (noTracker) Claim(context.Context, tracking.PartitionKey, string, int32) (tracking.Claim, error) {
+func (noTracker) Load(context.Context, []tracking.PartitionKey) (map[tracking.PartitionKey]tracking.PartitionState, error) {
+	return nil, nil
+}
+func (noTracker) ClaimTopic(context.Context, tracking.PartitionKey, string, int32, string) (tracking.Claim, error) {
 	return tracking.Claim{}, nil
 }
 func (noTracker) FlushMany(_ context.Context, fs []tracking.PartitionFlush) []error {

@@ -23,6 +23,10 @@
 // and injected on their key's lane, so they never go beside a record of
 // the key in flight.
 //
+// Where an assigned partition starts is checked against the log and its
+// tracking state before it is consumed (start.go): an expired commit
+// resumes at the tracked watermark, a stale one gives way to the log start.
+//
 // The package knows Kafka and the delivery contract; it knows nothing of
 // HTTP details (webhooks does) nor of Redis (tracking does).
 package dispatcher

@@ -64,6 +64,9 @@ type group struct {
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
+	// starts is what was read about each newly assigned partition, kept
+	// from its assignment until its offsets are fetched.
+	starts map[topicPartition]partitionStart
 	// wctx is the parent of every worker; it outlives revokes and ends when
 	// the group stops. It exists before the client, whose callbacks use it.
 	wctx        context.Context
@@ -94,6 +97,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		batches:  make(chan batchJob),
 		redrives: make(chan job),
 		workers:  make(map[topicPartition]*worker),
+		starts:   make(map[topicPartition]partitionStart),
 	}
 	g.pool = newPool(g)
 	g.initTelemetry()
@@ -112,10 +116,10 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		g.redriver = newRedriver(g, n.cfg.Redrives)
 	}
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
+	// Every group resets to the earliest offset, whatever its start: the
+	// start was committed for the group when the subscription was created,
+	// so a partition without a commit has not been read yet (start.go).
 	reset := kgo.NewOffset().AtStart()
-	if s.Start == subscription.StartLatest {
-		reset = kgo.NewOffset().AtEnd()
-	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(n.cfg.Brokers...),
 		kgo.ClientID("keyhook-" + n.cfg.NodeID),
@@ -269,6 +273,7 @@ func (g *group) poll(ctx context.Context) error {
 func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	g.cl.CompareAndSwap(nil, cl)
 	_, gen := cl.GroupMetadata()
+	starts := g.learnStarts(cl, assigned)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for topic, ps := range assigned {
@@ -277,7 +282,9 @@ func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[strin
 			if _, ok := g.workers[tp]; ok {
 				continue
 			}
+			g.starts[tp] = starts[tp]
 			w := newWorker(g, tp, gen)
+			w.topicID = starts[tp].topicID
 			g.workers[tp] = w
 			w.start(g.wctx)
 		}
@@ -286,19 +293,11 @@ func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[strin
 	g.log.Info("partitions assigned", "partitions", assigned, "generation", gen)
 }
 
-// onOffsetsFetched learns where each assigned partition resumes (the
-// group's committed offset) without changing it.
-func (g *group) onOffsetsFetched(_ context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for topic, ps := range offs {
-		for p, o := range ps {
-			if w := g.workers[topicPartition{topic, p}]; w != nil {
-				w.setBase(o.EpochOffset().Offset)
-			}
-		}
-	}
-	return offs, nil
+// onOffsetsFetched decides where each assigned partition starts: at the
+// group's commit, which its worker learns, unless the commit is missing
+// or stale and the log and the tracking state say better (start.go).
+func (g *group) onOffsetsFetched(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	return g.startOffsets(ctx, offs), nil
 }
 
 func (g *group) onRevoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {

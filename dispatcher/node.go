@@ -26,9 +26,13 @@ type Sender interface {
 }
 
 // Tracker keeps partition state where another node can find it;
-// tracking.Store implements it.
+// tracking.Store implements it. ClaimTopic is given the topic's Kafka ID
+// ("" unknown) so that state of a deleted topic of the same name is
+// dropped, not resumed; Load is read at assignment, to resume a partition
+// whose group commit is gone at its tracked watermark.
 type Tracker interface {
-	Claim(ctx context.Context, pk tracking.PartitionKey, owner string, generation int32) (tracking.Claim, error)
+	ClaimTopic(ctx context.Context, pk tracking.PartitionKey, owner string, generation int32, topicID string) (tracking.Claim, error)
+	Load(ctx context.Context, pks []tracking.PartitionKey) (map[tracking.PartitionKey]tracking.PartitionState, error)
 	// FlushMany and ReleaseMany write many partitions in one round trip,
 	// answering each in order.
 	FlushMany(ctx context.Context, fs []tracking.PartitionFlush) []error

@@ -29,6 +29,7 @@ var (
 	attrStatusClass  = attribute.Key("http.response.status_class")
 	attrOp           = attribute.Key("keyhook.operation")
 	attrKind         = attribute.Key("keyhook.rebalance")
+	attrReason       = attribute.Key("keyhook.reason")
 	attrTopic        = semconv.MessagingDestinationNameKey
 	attrPartition    = semconv.MessagingDestinationPartitionIDKey
 )
@@ -50,6 +51,7 @@ type telemetry struct {
 	commitTime   metric.Float64Histogram
 	errors       metric.Int64Counter
 	rebalances   metric.Int64Counter
+	startResets  metric.Int64Counter
 }
 
 func newTelemetry(n *Node) (*telemetry, error) {
@@ -84,9 +86,14 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	t.commitTime, e = m.Float64Histogram("keyhook.kafka.commit.duration", metric.WithDescription("One offset commit to Kafka."), metric.WithUnit("s"), seconds)
 	must(e)
-	t.errors, e = m.Int64Counter("keyhook.errors", metric.WithDescription("Failed Redis and Kafka operations, by operation: flush, claim, commit, fetch, dead_letter."), metric.WithUnit("{error}"))
+	t.errors, e = m.Int64Counter("keyhook.errors", metric.WithDescription("Failed Redis and Kafka operations, by operation: flush, claim, load, commit, fetch, dead_letter."), metric.WithUnit("{error}"))
 	must(e)
 	t.rebalances, e = m.Int64Counter("keyhook.rebalances", metric.WithDescription("Partitions assigned, revoked or lost."), metric.WithUnit("{partition}"))
+	must(e)
+	t.startResets, e = m.Int64Counter("keyhook.partition.start_reset", metric.WithDescription("Assigned partitions that did not start at the group's commit, by reason: "+
+		"offsets_expired (no commit; resumed at the tracked watermark), topic_recreated (the commit is a deleted topic's of the same name; "+
+		"started at the log start), out_of_range (commit or tracked watermark outside the log; started at the log start), "+
+		"stale_tracking (the claim dropped acked ranges of a deleted topic of the same name)."), metric.WithUnit("{partition}"))
 	must(e)
 
 	_, e = m.Int64ObservableGauge("keyhook.in_flight", metric.WithDescription("Delivery attempts in flight on this node (a batch request is one); max_in_flight bounds them."), metric.WithUnit("{attempt}"),
@@ -216,6 +223,19 @@ func partitionAttrs(subID string, tp topicPartition) attribute.Set {
 
 func (g *group) countError(op string) {
 	g.tel.errors.Add(context.Background(), 1, metric.WithAttributes(attrSubscription.String(g.sub.ID), attrOp.String(op)))
+}
+
+// Reasons of keyhook.partition.start_reset.
+const (
+	resetOffsetsExpired = "offsets_expired"
+	resetTopicRecreated = "topic_recreated"
+	resetOutOfRange     = "out_of_range"
+	resetStaleTracking  = "stale_tracking"
+)
+
+func (g *group) countStartReset(tp topicPartition, reason string) {
+	g.tel.startResets.Add(context.Background(), 1, metric.WithAttributes(attrSubscription.String(g.sub.ID),
+		attrTopic.String(tp.topic), attrPartition.String(strconv.FormatInt(int64(tp.partition), 10)), attrReason.String(reason)))
 }
 
 func (g *group) countRebalance(kind string, ps map[string][]int32) {

@@ -57,6 +57,9 @@ type worker struct {
 	log *slog.Logger
 	// attrs are the partition's metric attributes.
 	attrs attribute.Set
+	// topicID is the topic's Kafka ID as of the assignment, "" unknown;
+	// the claim drops tracking state of another ID (a deleted topic).
+	topicID string
 
 	mu      sync.Mutex
 	inbox   [][]*kgo.Record
@@ -314,13 +317,13 @@ func (w *worker) claim() {
 	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
 		w.gen = gen
 	}
-	gen := w.gen
+	gen, topicID := w.gen, w.topicID
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
 		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
 		defer cancel()
-		c, err := w.g.n.tracker.Claim(ctx, w.pk, w.g.n.cfg.NodeID, gen)
+		c, err := w.g.n.tracker.ClaimTopic(ctx, w.pk, w.g.n.cfg.NodeID, gen, topicID)
 		w.mu.Lock()
 		w.claims = append(w.claims, claimResult{c: c, err: err})
 		w.mu.Unlock()
@@ -354,6 +357,10 @@ func (w *worker) claimed(r claimResult) {
 		w.log.Warn("claim failed; retrying", "err", err, "in", wait)
 		w.claimRetry.Reset(wait)
 		return
+	}
+	if r.c.DiscardedTopicID != "" {
+		w.log.Warn("tracking state of a deleted topic of the same name dropped", "topic_id", w.topicID, "old_topic_id", r.c.DiscardedTopicID)
+		w.g.countStartReset(w.tp, resetStaleTracking)
 	}
 	w.epoch = r.c.Epoch
 	w.m.Claim(r.c.Acked)

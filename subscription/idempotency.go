@@ -60,8 +60,11 @@ func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, req Ide
 		return false, err
 	}
 	recordKey := s.keys.Idempotency(req.Caller, req.Key)
+	reserved := reservedID(c.ID)
 	for range createAttempts {
-		c.ID = newID()
+		if !reserved {
+			c.ID = newID()
+		}
 		data, err := json.Marshal(&c)
 		if err != nil {
 			return false, fmt.Errorf("subscription: create: encode: %w", err)
@@ -97,6 +100,9 @@ func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, req Ide
 			}
 			*sub = was
 			return true, nil
+		}
+		if reserved {
+			return false, fmt.Errorf("subscription: create %q: %w", c.ID, ErrIDTaken)
 		}
 	}
 	return false, fmt.Errorf("subscription: create: no free id after %d attempts", createAttempts)

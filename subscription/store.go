@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/keyhook/keyhook/internal/keyspace"
@@ -29,7 +30,9 @@ const IDPrefix = "sub_"
 
 // idEncoding is lower-case base32 without padding: URL-safe, readable, and
 // valid inside a Kafka consumer group id.
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+var idEncoding = base32.NewEncoding(idAlphabet).WithPadding(base32.NoPadding)
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz234567"
 
 // idChars is how many base32 characters follow IDPrefix: 100 random bits.
 const idChars = 20
@@ -108,15 +111,21 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 
 // Create normalizes and validates sub, assigns its ID ("sub_" and 20
 // random base32 characters), CreatedAt, UpdatedAt and Version 1, then
-// stores it and announces it on the change feed in one atomic step. An
-// ID, timestamps or version already in sub are overwritten. A sub that
-// fails Validate is not stored: the error is a *ValidationError.
+// stores it and announces it on the change feed in one atomic step.
+// Timestamps or version already in sub are overwritten, and so is an ID,
+// unless NewID made it: such an ID is kept (an error wrapping ErrIDTaken
+// if a subscription has it). A sub that fails Validate is not stored: the
+// error is a *ValidationError.
 func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 	if err := s.prepareCreate(sub); err != nil {
 		return err
 	}
+	reserved := reservedID(sub.ID)
 	for range createAttempts {
 		id := newID()
+		if reserved {
+			id = sub.ID
+		}
 		sub.ID = id
 		data, err := json.Marshal(sub)
 		if err != nil {
@@ -128,6 +137,9 @@ func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 		}
 		if stored == 1 {
 			return nil
+		}
+		if reserved {
+			return fmt.Errorf("subscription: create %q: %w", id, ErrIDTaken)
 		}
 	}
 	sub.ID = ""
@@ -213,6 +225,32 @@ func decode(id string, data []byte) (*Subscription, error) {
 		return nil, fmt.Errorf("decode %q: stored id is %q", id, sub.ID)
 	}
 	return &sub, nil
+}
+
+// ErrIDTaken is wrapped by Create and CreateIdempotent when a
+// subscription already has the ID the caller reserved with NewID; nothing
+// was stored.
+var ErrIDTaken = errors.New("subscription: id taken")
+
+// NewID returns a fresh subscription ID. It is for a caller that must
+// prepare something keyed by the ID before the subscription exists (the
+// start offsets of its consumer group, which no node may read before they
+// are committed): set it on the subscription, prepare, then Create or
+// CreateIdempotent, which keep an ID of this form.
+func NewID() string { return newID() }
+
+// reservedID reports whether id has the form NewID gives it.
+func reservedID(id string) bool {
+	rest, ok := strings.CutPrefix(id, IDPrefix)
+	if !ok || len(rest) != idChars {
+		return false
+	}
+	for _, c := range rest {
+		if !strings.ContainsRune(idAlphabet, c) {
+			return false
+		}
+	}
+	return true
 }
 
 func newID() string {

@@ -213,3 +213,32 @@ func TestStoreReportsCorruptEntryAsErrorNotAbsence(t *testing.T) {
 		t.Error("List: no error for corrupt entries")
 	}
 }
+
+// An ID made by NewID is kept by both create paths, so a caller can
+// prepare what is keyed by it (the consumer group's start offsets) before
+// the subscription exists; a taken one stores nothing.
+func TestCreateKeepsAnIDMadeByNewID(t *testing.T) {
+	ctx := context.Background()
+	store, err := New(testutil.StartRedis(t).Client(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := NewID()
+	sub := Subscription{ID: id, Name: "a", Topics: []string{"orders"}, Endpoint: Endpoint{URL: "http://a.example"}}
+	if err := store.Create(ctx, &sub); err != nil || sub.ID != id {
+		t.Fatalf("Create = %v, id %q; want the reserved id %q", err, sub.ID, id)
+	}
+	again := Subscription{ID: id, Name: "b", Topics: []string{"payments"}, Endpoint: Endpoint{URL: "http://b.example"}}
+	if err := store.Create(ctx, &again); !errors.Is(err, ErrIDTaken) {
+		t.Fatalf("Create with a taken id = %v, want ErrIDTaken", err)
+	}
+	idem := Subscription{ID: NewID(), Name: "c", Topics: []string{"refunds"}, Endpoint: Endpoint{URL: "http://c.example"}}
+	want := idem.ID
+	if _, err := store.CreateIdempotent(ctx, &idem, Idempotency{Caller: "ci", Key: "k1", Fingerprint: "f"}); err != nil || idem.ID != want {
+		t.Fatalf("CreateIdempotent = %v, id %q; want the reserved id %q", err, idem.ID, want)
+	}
+	taken := Subscription{ID: id, Name: "d", Topics: []string{"audit"}, Endpoint: Endpoint{URL: "http://d.example"}}
+	if _, err := store.CreateIdempotent(ctx, &taken, Idempotency{Caller: "ci", Key: "k2", Fingerprint: "f"}); !errors.Is(err, ErrIDTaken) {
+		t.Fatalf("CreateIdempotent with a taken id = %v, want ErrIDTaken", err)
+	}
+}

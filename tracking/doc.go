@@ -9,8 +9,11 @@
 // state every few milliseconds in one script call that is refused once a
 // newer owner has claimed the partition; a zombie therefore cannot
 // overwrite the state of the node that replaced it. A node writes all its
-// partitions in one pipelined round trip (FlushMany, ReleaseMany). Every multi-step change is one Lua script
-// (scripts.go), so the state is never half-written.
+// partitions in one pipelined round trip (FlushMany, ReleaseMany). Every
+// multi-step change is one Lua script (scripts.go), so the state is never
+// half-written. A claim that knows the topic's Kafka ID records it, and
+// drops offsets recorded under another ID: those of a deleted topic of the
+// same name, whose offsets would make the new topic's records look acked.
 //
 // The package owns the HASH's fields, the scripts and the encoding of
 // the stored fields. It must not know about Kafka clients, HTTP or the

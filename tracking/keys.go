@@ -23,6 +23,7 @@ const (
 	fieldOldest    = "oldest"    // dispatch time of the oldest pending record, 0 none
 	fieldClaimed   = "claimed"   // when the current owner claimed
 	fieldUpdated   = "updated"   // last claim, flush or release
+	fieldTopicID   = "topicid"   // Kafka topic ID (KIP-516) the offsets belong to, "" unknown
 )
 
 // key returns the name of pk's tracking HASH (keyspace.Partition).

@@ -40,6 +40,7 @@ var scriptFields = [][2]string{
 	{"oldest", fieldOldest},
 	{"claimed", fieldClaimed},
 	{"updated", fieldUpdated},
+	{"topicid", fieldTopicID},
 }
 
 // fieldsLua is the line that declares F.
@@ -74,28 +75,46 @@ func luaTable(name string, entries [][2]string) string {
 // plain counter would restart at 1 and could hand a new owner the very
 // epoch a zombie still holds.
 //
+// Offsets mean something only within one incarnation of a topic. When the
+// claimer knows the topic's ID and the state was written for another one
+// (the topic was deleted and created again under the same name), the
+// offset fields are dropped before the claim: the old acked ranges would
+// make the new owner skip records of the new topic. The epoch, generation
+// and owner stay, so fencing is unchanged. A state without an ID (written
+// before IDs were stored) adopts the claimer's.
+//
 // Input:
 // KEYS[1] -> the partition's tracking HASH (keyspace.Partition)
 // --
 // ARGV[1] -> owner node id
 // ARGV[2] -> owner's Kafka group generation
 // ARGV[3] -> stale limit in milliseconds
+// ARGV[4] -> the topic's ID, "" unknown (nothing is compared or stored)
 //
 // Output:
-// {"ok", epoch, acked (encoded set, "" none), committed mirror, previous owner ("" none)}
+// {"ok", epoch, acked (encoded set, "" none), committed mirror, previous owner ("" none), discarded topic ID ("" none)}
 // {"fenced", stored generation, stored owner, ms since the last update}
 var claimCmd = redis.NewScript(fieldsLua + claimLua)
 
 const claimLua = `
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local h = redis.call("HMGET", KEYS[1], F.epoch, F.gen, F.owner, F.acked, F.committed, F.updated)
-local epoch, gen, owner, acked, committed, updated = h[1], h[2], h[3], h[4], h[5], h[6]
+local h = redis.call("HMGET", KEYS[1], F.epoch, F.gen, F.owner, F.acked, F.committed, F.updated, F.topicid)
+local epoch, gen, owner, acked, committed, updated, topicid = h[1], h[2], h[3], h[4], h[5], h[6], h[7]
 if gen and tonumber(gen) > tonumber(ARGV[2]) then
 	local age = now - (tonumber(updated) or 0)
 	if age < tonumber(ARGV[3]) then
 		return {"fenced", gen, owner or "", age}
 	end
+end
+local discarded = ""
+if ARGV[4] ~= "" then
+	if topicid and topicid ~= "" and topicid ~= ARGV[4] then
+		redis.call("HDEL", KEYS[1], F.acked, F.watermark, F.fetched, F.committed,
+			F.pending, F.inflight, F.keys, F.oldest)
+		acked, committed, discarded = nil, nil, topicid
+	end
+	redis.call("HSET", KEYS[1], F.topicid, ARGV[4])
 end
 local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local e = math.max((tonumber(epoch) or 0) + 1, nowus)
@@ -107,7 +126,7 @@ redis.call("HSET", KEYS[1],
 	F.committed, committedOut,
 	F.claimed, string.format("%d", now),
 	F.updated, string.format("%d", now))
-return {"ok", e, acked or "", committedOut, owner or ""}
+return {"ok", e, acked or "", committedOut, owner or "", discarded}
 `
 
 // flushCmd writes the owner's in-memory state, all fields at once, iff the

@@ -35,7 +35,10 @@ func TestScriptsNameFieldsOnlyThroughTheGoConstants(t *testing.T) {
 func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 	ctx := context.Background()
 	s, rdb, _ := newStore(t, Config{})
-	c := mustClaim(t, s, pkA, "node-a", 1)
+	c, err := s.ClaimTopic(ctx, pkA, "node-a", 1, "topic-id-1")
+	if err != nil {
+		t.Fatalf("ClaimTopic: %v", err)
+	}
 	if err := s.Flush(ctx, pkA, Flush{Epoch: c.Epoch, Acked: setOf(), Watermark: 1, Fetched: 2,
 		Committed: 0, Pending: 1, InFlight: 1, Keys: 1, Oldest: time.UnixMilli(5)}); err != nil {
 		t.Fatalf("Flush: %v", err)
@@ -60,7 +63,8 @@ func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	if p := st[pkA]; p.Epoch != c.Epoch || p.Watermark != 1 || p.Fetched != 2 || p.Keys != 1 || p.Generation != 1 || p.Owner != "" {
+	if p := st[pkA]; p.Epoch != c.Epoch || p.Watermark != 1 || p.Fetched != 2 || p.Keys != 1 || p.Generation != 1 || p.Owner != "" ||
+		p.TopicID != "topic-id-1" {
 		t.Errorf("Load = %+v; want what the scripts wrote", p)
 	}
 }

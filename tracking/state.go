@@ -48,6 +48,10 @@ type PartitionState struct {
 	// Acked is the same offsets as AckedRanges, ready for set operations.
 	// Never nil.
 	Acked *offsets.Set `json:"-"`
+	// TopicID is the Kafka topic ID the offsets belong to, as the last
+	// claim recorded it; "" when no claim knew it. Offsets of another ID
+	// are those of a deleted topic of the same name.
+	TopicID string `json:"-"`
 }
 
 // Load reads the states of pks in one pipelined round trip. Partitions
@@ -107,6 +111,7 @@ func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
 		Claimed:    d.time(fieldClaimed),
 		Updated:    d.time(fieldUpdated),
 		Acked:      new(offsets.Set),
+		TopicID:    h[fieldTopicID],
 	}
 	if d.err != nil {
 		return PartitionState{}, d.err

@@ -127,6 +127,10 @@ type Claim struct {
 	// PrevOwner is the node that owned the partition, "" if it released
 	// it gracefully or nobody ever did.
 	PrevOwner string
+	// DiscardedTopicID is the topic ID of the offsets the claim dropped
+	// because they belonged to an earlier topic of the same name; "" when
+	// nothing was dropped.
+	DiscardedTopicID string
 }
 
 // Claim makes owner the owner of pk under a new epoch and returns the
@@ -137,28 +141,39 @@ type Claim struct {
 // greater than generation and the state was updated less than
 // Config.StaleClaim ago: a node that missed a rebalance cannot steal the
 // partition back, but a generation reset cannot stall it forever either.
-// Claiming a partition with no state creates it.
+// Claiming a partition with no state creates it. Claim does not know the
+// topic's ID; see ClaimTopic.
 func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, generation int32) (Claim, error) {
+	return s.ClaimTopic(ctx, pk, owner, generation, "")
+}
+
+// ClaimTopic is Claim for a topic whose Kafka topic ID (KIP-516) the
+// caller knows: stored offsets of another topic ID, left by a topic of the
+// same name that was deleted, are dropped instead of returned (the claim
+// reports their ID in DiscardedTopicID), and the state records topicID.
+// An empty topicID compares and records nothing, as Claim.
+func (s *Store) ClaimTopic(ctx context.Context, pk PartitionKey, owner string, generation int32, topicID string) (Claim, error) {
 	if err := pk.validate(); err != nil {
 		return Claim{}, fmt.Errorf("tracking: claim: %w", err)
 	}
 	if owner == "" {
 		return Claim{}, fmt.Errorf("tracking: claim %s: empty owner", pk)
 	}
-	res, err := claimCmd.Run(ctx, s.rdb, []string{s.key(pk)}, owner, generation, s.staleMS).Slice()
+	res, err := claimCmd.Run(ctx, s.rdb, []string{s.key(pk)}, owner, generation, s.staleMS, topicID).Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
 	}
 	switch status(res) {
 	case "ok":
-		if len(res) != 5 {
+		if len(res) != 6 {
 			return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
 		}
 		epoch, ok1 := res[1].(int64)
 		acked, ok2 := res[2].(string)
 		committed, err := strconv.ParseInt(fmt.Sprint(res[3]), 10, 64)
 		prev, ok3 := res[4].(string)
-		if !ok1 || !ok2 || !ok3 || err != nil {
+		discarded, ok4 := res[5].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
 			return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
 		}
 		set := new(offsets.Set)
@@ -167,7 +182,7 @@ func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, genera
 				return Claim{}, fmt.Errorf("tracking: claim %s: stored acked offsets: %w", pk, err)
 			}
 		}
-		return Claim{Epoch: epoch, Acked: set, Committed: committed, PrevOwner: prev}, nil
+		return Claim{Epoch: epoch, Acked: set, Committed: committed, PrevOwner: prev, DiscardedTopicID: discarded}, nil
 	case "fenced":
 		return Claim{}, fmt.Errorf("tracking: claim %s with generation %d: %w (generation %v held by %q, updated %vms ago)",
 			pk, generation, ErrFenced, at(res, 1), at(res, 2), at(res, 3))

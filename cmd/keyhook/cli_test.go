@@ -53,6 +53,8 @@ func (a *cliAdmin) Seek(_ context.Context, sub *subscription.Subscription, req s
 	return res, nil
 }
 
+func (a *cliAdmin) ResolveStart(context.Context, *subscription.Subscription) error { return nil }
+
 func (a *cliAdmin) DeadLetters(context.Context, *subscription.Subscription, int, string) (*subscription.DeadLetterPage, error) {
 	return &subscription.DeadLetterPage{}, nil
 }
@@ -98,7 +100,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	h, err := api.NewRouter(api.Dependencies{
 		Store: subs, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
-		Seeker: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
+		Seeker: admin, Starts: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
 	}, api.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ type Config struct {
 	// endpoint that throttles (429, 503) gets fewer either way.
 	EndpointConcurrency int
 	// MaxIdleConnsPerHost is how many idle connections the delivery client
-	// keeps per endpoint host. Default the webhooks client's (256).
+	// keeps per endpoint host. Default the webhooks client's: every connection in use is kept.
 	MaxIdleConnsPerHost int
 
 	// FlushInterval is how often a partition writes its acks to Redis.

@@ -26,7 +26,7 @@ const (
 	DefaultTimeout             = 30 * time.Second
 	DefaultMaxResponseBytes    = 64 << 10
 	DefaultUserAgent           = "keyhook"
-	DefaultMaxIdleConnsPerHost = 256
+	DefaultMaxIdleConnsPerHost = 1 << 16
 )
 
 // Fixed transport timeouts. They bound the phases that a slow or hostile
@@ -94,8 +94,11 @@ type ClientConfig struct {
 	// UserAgent is sent as User-Agent. Default "keyhook".
 	UserAgent string
 	// MaxIdleConnsPerHost is how many idle connections are kept per
-	// endpoint host. Endpoints receive many concurrent requests, so the
-	// default is high: 256.
+	// endpoint host. Every connection a busy endpoint needs is kept alive
+	// between requests, so the default (65,536) is no cap in practice:
+	// concurrency is bounded by the subscriptions' max_in_flight and the
+	// endpoint limits, and connections left idle close after 90 s. A cap
+	// below the concurrency in use closes and dials again all the time.
 	MaxIdleConnsPerHost int
 	// Clock times attempts and backoff waits. Nil means the system clock.
 	Clock Clock

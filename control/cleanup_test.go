@@ -20,8 +20,8 @@ import (
 // whose group still has a member waits for it to leave; then the group,
 // the tracking state and the queued redrives are gone.
 func TestCleanerWaitsForTheGroupToEmptyThenRemovesEverything(t *testing.T) {
-	topic := uniqueTopic(t, "cleanup")
-	kafkaTiers(t, 1, []string{topic}, func(t *testing.T, brokers []string) {
+	topic := testutil.UniqueTopic("cleanup")
+	testutil.KafkaTiers(t, 1, []string{topic}, func(t *testing.T, brokers []string) {
 		ctx := context.Background()
 		rdb := testutil.StartRedis(t).Client()
 		store, err := subscription.New(rdb, subscription.Config{})
@@ -46,7 +46,7 @@ func TestCleanerWaitsForTheGroupToEmptyThenRemovesEverything(t *testing.T) {
 		if err := redrives.Push(ctx, sub.ID, []deadletter.Redrive{{DeliveryID: "dlv_1", Topic: topic, Offset: 3}}); err != nil {
 			t.Fatal(err)
 		}
-		adm := newAdmin(t, brokers)
+		adm := testutil.Admin(t, brokers)
 		c, err := control.NewCleaner(rdb, adm, store, []control.StateDeleter{tracker, redrives}, control.CleanupConfig{
 			Delay: time.Millisecond, Interval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {

@@ -15,11 +15,11 @@ import (
 // as for any other, rather than fail on the broker's "no such group" or
 // "no such topic".
 func TestStatusAndSeekOfASubscriptionNoNodeHasConsumed(t *testing.T) {
-	kafkaTiers(t, 2, []string{"fresh"}, func(t *testing.T, brokers []string) {
+	testutil.KafkaTiers(t, 2, []string{"fresh"}, func(t *testing.T, brokers []string) {
 		ctx := context.Background()
 		topic := "fresh"
 		if t.Name() != "TestStatusAndSeekOfASubscriptionNoNodeHasConsumed/kfake" {
-			topic = uniqueTopic(t, "fresh")
+			topic = testutil.UniqueTopic("fresh")
 			testutil.CreateTopics(t, brokers, 2, topic)
 		}
 		rdb := testutil.StartRedis(t).Client()
@@ -31,13 +31,13 @@ func TestStatusAndSeekOfASubscriptionNoNodeHasConsumed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		admin, err := control.NewSeeker(newAdmin(t, brokers), store, tracker, control.SeekConfig{})
+		admin, err := control.NewSeeker(testutil.Admin(t, brokers), store, tracker, control.SeekConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		status := control.NewStatusReader(newAdmin(t, brokers), tracker)
+		status := control.NewStatusReader(testutil.Admin(t, brokers), tracker)
 
-		for _, topics := range [][]string{{topic}, {uniqueTopic(t, "missing")}, {topic, uniqueTopic(t, "missing")}} {
+		for _, topics := range [][]string{{topic}, {testutil.UniqueTopic("missing")}, {topic, testutil.UniqueTopic("missing")}} {
 			sub := &subscription.Subscription{Name: "fresh", Topics: topics, Endpoint: subscription.Endpoint{URL: "http://127.0.0.1:9/"}}
 			if err := store.Create(ctx, sub); err != nil {
 				t.Fatal(err)

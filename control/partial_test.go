@@ -64,7 +64,7 @@ func TestSeekOfOnePartitionKeepsTheOthersAcked(t *testing.T) {
 	sink.WaitAcked(t, 29, 30*time.Second)
 	time.Sleep(300 * time.Millisecond) // the acks reach Redis
 
-	seeker, err := control.NewSeeker(newAdmin(t, brokers), store, tracker, control.SeekConfig{})
+	seeker, err := control.NewSeeker(testutil.Admin(t, brokers), store, tracker, control.SeekConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestSeekOfOnePartitionKeepsTheOthersAcked(t *testing.T) {
 	}
 	blocked.Store(false)
 	sink.WaitAcked(t, 30, 30*time.Second)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: 10, 1: 20}, 30*time.Second)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), map[int32]int64{0: 10, 1: 20}, 30*time.Second)
 
 	again := 0
 	p0 := 0

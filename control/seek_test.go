@@ -20,7 +20,7 @@ import (
 // forgotten, and exactly the records from that time on are delivered
 // again, each once more.
 func TestSeekToTimestampRedeliversExactlyFromThere(t *testing.T) {
-	kafkaTiers(t, 2, []string{"seek"}, func(t *testing.T, brokers []string) {
+	testutil.KafkaTiers(t, 2, []string{"seek"}, func(t *testing.T, brokers []string) {
 		topic := "seek"
 		if !strings.HasSuffix(t.Name(), "/kfake") {
 			topic = fmt.Sprintf("seek-%d", time.Now().UnixNano())
@@ -61,9 +61,9 @@ func testSeek(t *testing.T, brokers []string, topic string) {
 	}
 	startNode(t, brokers, rdb, store)
 	sink.WaitAcked(t, n, 30*time.Second)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: n / 2, 1: n / 2}, 30*time.Second)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), map[int32]int64{0: n / 2, 1: n / 2}, 30*time.Second)
 
-	seeker, err := control.NewSeeker(newAdmin(t, brokers), store, tracker, control.SeekConfig{})
+	seeker, err := control.NewSeeker(testutil.Admin(t, brokers), store, tracker, control.SeekConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,19 +22,19 @@ import (
 // later reset can move it. An "earliest" one needs no commit, and a topic
 // that does not exist yet has nothing to fix.
 func TestResolveStartCommitsTheLogEndsOfALatestSubscription(t *testing.T) {
-	kafkaTiers(t, 3, []string{"starts"}, func(t *testing.T, brokers []string) {
+	testutil.KafkaTiers(t, 3, []string{"starts"}, func(t *testing.T, brokers []string) {
 		topic := "starts"
 		if t.Name() != "TestResolveStartCommitsTheLogEndsOfALatestSubscription/kfake" {
-			topic = uniqueTopic(t, "starts")
+			topic = testutil.UniqueTopic("starts")
 			testutil.CreateTopics(t, brokers, 3, topic)
 		}
-		adm := newAdmin(t, brokers)
+		adm := testutil.Admin(t, brokers)
 		produceTo(t, brokers, topic, map[int32]int{0: 4, 1: 0, 2: 7})
 		resolver, err := control.NewStartResolver(adm)
 		if err != nil {
 			t.Fatal(err)
 		}
-		missing := uniqueTopic(t, "missing")
+		missing := testutil.UniqueTopic("missing")
 		tests := []struct {
 			name   string
 			start  subscription.Start

@@ -41,8 +41,8 @@ func TestStatusJoinsCommitsLogEndsAndTrackingState(t *testing.T) {
 		t.Fatal(err)
 	}
 	startNode(t, brokers, rdb, store)
-	adm := newAdmin(t, brokers)
-	waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 6}, 30*time.Second)
+	adm := testutil.Admin(t, brokers)
+	testutil.WaitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 6}, 30*time.Second)
 	tracker, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -120,35 +120,6 @@ func produce(t *testing.T, brokers []string, topic string, hs []kgo.RecordHeader
 	}
 }
 
-// waitCommitted waits until the group committed every partition's end.
-func waitCommitted(t *testing.T, adm *kadm.Client, group string, ends map[int32]int64, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	got := map[int32]int64{}
-	for time.Now().Before(deadline) {
-		offs, err := adm.FetchOffsets(context.Background(), group)
-		if err == nil {
-			clear(got)
-			offs.Each(func(o kadm.OffsetResponse) {
-				if o.Err == nil {
-					got[o.Partition] = o.At
-				}
-			})
-			done := true
-			for p, end := range ends {
-				if got[p] != end {
-					done = false
-				}
-			}
-			if done {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("commits did not reach the log end in %v: got %v, want %v", timeout, got, ends)
-}
-
 // waitDeliveries waits until the sink answered n requests.
 func waitDeliveries(t *testing.T, sink *testutil.Sink, n int, timeout time.Duration) {
 	t.Helper()

@@ -44,7 +44,7 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	startNode(t, brokers, rdb, store)
-	waitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 40}, 30*time.Second)
+	testutil.WaitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 40}, 30*time.Second)
 	admin := newReader(t, brokers, rdb)
 
 	first, err := admin.DeadLetters(context.Background(), sub, 3, "")
@@ -117,7 +117,7 @@ func TestRedriveCountsDeadLettersQueuedWhateverTheEndpointAnswers(t *testing.T) 
 		t.Fatal(err)
 	}
 	startNode(t, brokers, rdb, store)
-	waitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 10}, 30*time.Second)
+	testutil.WaitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 10}, 30*time.Second)
 	r := newReader(t, brokers, rdb)
 
 	before := len(sink.Deliveries())
@@ -169,7 +169,7 @@ func TestForgedDeadLetterHeadersDoNotMakeARecordAnotherSubscriptions(t *testing.
 		{Key: deadletter.HeaderOffset, Value: []byte("0")},
 	}, `{"transfer":"to the attacker"}`)
 	startNode(t, brokers, rdb, store)
-	waitCommitted(t, newAdminClient(t, brokers), subA.GroupID(), map[int32]int64{0: 1}, 30*time.Second)
+	testutil.WaitCommitted(t, newAdminClient(t, brokers), subA.GroupID(), map[int32]int64{0: 1}, 30*time.Second)
 	r := newReader(t, brokers, rdb)
 
 	pageB, err := r.DeadLetters(context.Background(), subB, 10, "")

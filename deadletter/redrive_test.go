@@ -45,7 +45,7 @@ func TestRedriveCutShortByANodeStoppingGoesWithTheNextOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopA := runNode(t, brokers, rdb, store, 200*time.Millisecond)
-	waitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 1}, 30*time.Second)
+	testutil.WaitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 1}, 30*time.Second)
 	r := newReader(t, brokers, rdb)
 
 	phase.Store(hang)

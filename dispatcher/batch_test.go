@@ -82,7 +82,7 @@ func TestBatchesKeepKeyOrderAndResendOnlyWhatFailed(t *testing.T) {
 	sub := newSub("batched", "batched", srv.URL+"/batch", subscription.OrderKey, 4)
 	sub.Batch = subscription.Batch{MaxRecords: 50, MaxWaitMS: 20}
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: n / 2, 1: n / 2}, time.Minute)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), map[int32]int64{0: n / 2, 1: n / 2}, time.Minute)
 
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
@@ -168,7 +168,7 @@ func TestRefusedBatchFallsBackToSingleDeliveries(t *testing.T) {
 	sub.DeadLetterTopic = ""
 	sub.Batch = subscription.Batch{MaxRecords: 20, MaxWaitMS: 10}
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, time.Minute)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, time.Minute)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -228,7 +228,7 @@ func TestBatchPartialFailureSpendsOneAttemptBudget(t *testing.T) {
 	sub.Retry.MaxAttempts = 3
 	sub.Batch = subscription.Batch{MaxRecords: n, MaxWaitMS: 500}
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, time.Minute)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, time.Minute)
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -23,11 +23,11 @@ import (
 // each and then acked as a dead_letter_loop (logged at error, counted),
 // instead of bouncing between the topics until Kafka refuses its headers.
 func TestDeadLetterLoopBetweenTwoSubscriptionsIsBounded(t *testing.T) {
-	kafkaTiers(t, 1, []string{"ping", "pong"}, func(t *testing.T, brokers []string) {
+	testutil.KafkaTiers(t, 1, []string{"ping", "pong"}, func(t *testing.T, brokers []string) {
 		ping, pong, suffix := "ping", "pong", ""
 		if !strings.HasSuffix(t.Name(), "/kfake") {
 			// A shared broker keeps topics and groups from earlier runs.
-			suffix = uniqueTopic(t, "")
+			suffix = testutil.UniqueTopic("")
 			ping, pong = "ping"+suffix, "pong"+suffix
 			testutil.CreateTopics(t, brokers, 1, ping, pong)
 		}
@@ -54,9 +54,9 @@ func testDeadLetterLoop(t *testing.T, brokers []string, pingTopic, pongTopic, su
 
 	// a dead-letters ping/0..2 into pong/0..2, b those into ping/3..5, and
 	// a acks ping/3..5 without writing: 2n writes, then quiet.
-	adm := newAdmin(t, brokers)
-	waitCommitted(t, adm, a.GroupID(), map[int32]int64{0: 2 * n}, 30*time.Second)
-	waitCommitted(t, adm, b.GroupID(), map[int32]int64{0: n}, 30*time.Second)
+	adm := testutil.Admin(t, brokers)
+	testutil.WaitCommitted(t, adm, a.GroupID(), map[int32]int64{0: 2 * n}, 30*time.Second)
+	testutil.WaitCommitted(t, adm, b.GroupID(), map[int32]int64{0: n}, 30*time.Second)
 	time.Sleep(time.Second) // a write beyond the bound would show now
 	ends, err := adm.ListEndOffsets(context.Background(), pingTopic, pongTopic)
 	if err != nil {

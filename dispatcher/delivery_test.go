@@ -26,12 +26,12 @@ import (
 // three attempts, and the subscription's own retry budget (max attempts)
 // dead-letters a record that never succeeds.
 func TestFailedDeliveriesAreDeadLetteredWithWhyAndOthersFlow(t *testing.T) {
-	kafkaTiers(t, 1, []string{"dlq"}, func(t *testing.T, brokers []string) {
+	testutil.KafkaTiers(t, 1, []string{"dlq"}, func(t *testing.T, brokers []string) {
 		topic := "dlq"
 		if !strings.HasSuffix(t.Name(), "/kfake") {
 			// A topic of its own on the shared broker; its dead-letter
 			// topic does not exist yet: keyhook must create it.
-			topic = uniqueTopic(t, "dlq")
+			topic = testutil.UniqueTopic("dlq")
 			testutil.CreateTopics(t, brokers, 1, topic)
 		}
 		testDeadLetters(t, brokers, topic)
@@ -75,7 +75,7 @@ func testDeadLetters(t *testing.T, brokers []string, topic string) {
 	sub.Retry = subscription.RetryPolicy{InitialIntervalMS: 10, MaxIntervalMS: 20, MaxAttempts: 4}
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
 	sink.WaitAcked(t, n-2, time.Minute)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, 30*time.Second)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), map[int32]int64{0: n}, 30*time.Second)
 
 	mu.Lock()
 	if calls[20] != 3 || calls[10] != 1 || calls[30] != 4 {
@@ -183,7 +183,7 @@ func TestDeliveriesAreSignedAndVerifyAcrossRotation(t *testing.T) {
 func TestTooLargeDeadLetterIsKeptWithoutItsValue(t *testing.T) {
 	brokers := testutil.Kfake(t, 1, "big")
 	rdb := testutil.StartRedis(t).Client()
-	adm := newAdmin(t, brokers)
+	adm := testutil.Admin(t, brokers)
 	small := "1024"
 	if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"max.message.bytes": &small}, "big.keyhook.dlq"); err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestTooLargeDeadLetterIsKeptWithoutItsValue(t *testing.T) {
 	sub := newSub("big", "big", sink.URL, subscription.OrderKey, 2)
 	sub.DeadLetterTopic = ""
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
-	waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 3}, 30*time.Second)
+	testutil.WaitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 3}, 30*time.Second)
 
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("big.keyhook.dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {

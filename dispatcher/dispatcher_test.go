@@ -19,10 +19,10 @@ import (
 // key's records arrive in offset order, each sent only after the previous
 // one was answered.
 func TestKeyOrderHoldsUnderRandomLatency(t *testing.T) {
-	kafkaTiers(t, 4, []string{"order"}, func(t *testing.T, brokers []string) {
+	testutil.KafkaTiers(t, 4, []string{"order"}, func(t *testing.T, brokers []string) {
 		topic := "order"
 		if t.Name() != "TestKeyOrderHoldsUnderRandomLatency/kfake" {
-			topic = uniqueTopic(t, "order")
+			topic = testutil.UniqueTopic("order")
 			testutil.CreateTopics(t, brokers, 4, topic)
 		}
 		rdb := testutil.StartRedis(t).Client()
@@ -42,7 +42,7 @@ func TestKeyOrderHoldsUnderRandomLatency(t *testing.T) {
 		sub := newSub("order", topic, sink.URL, subscription.OrderKey, 64)
 		startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
 		sink.WaitAcked(t, n, 3*time.Minute)
-		waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), ends, 30*time.Second)
+		testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), ends, 30*time.Second)
 
 		if v := sink.KeyOrderViolations(); len(v) > 0 {
 			t.Fatalf("%d per-key order violations, first: %s", len(v), v[0])
@@ -128,10 +128,10 @@ func TestSlowKeyDoesNotStallOtherKeys(t *testing.T) {
 // acknowledged, and never moves backwards; checked continuously while
 // records are acked in random order.
 func TestCommitNeverPassesUnackedOffset(t *testing.T) {
-	kafkaTiers(t, 4, []string{"wm"}, func(t *testing.T, brokers []string) {
+	testutil.KafkaTiers(t, 4, []string{"wm"}, func(t *testing.T, brokers []string) {
 		topic := "wm"
 		if t.Name() != "TestCommitNeverPassesUnackedOffset/kfake" {
-			topic = uniqueTopic(t, "wm")
+			topic = testutil.UniqueTopic("wm")
 			testutil.CreateTopics(t, brokers, 4, topic)
 		}
 		rdb := testutil.StartRedis(t).Client()
@@ -148,7 +148,7 @@ func TestCommitNeverPassesUnackedOffset(t *testing.T) {
 		// The group is named after the topic: on a shared broker an older
 		// run's group would carry commits of its own topic.
 		sub := newSub(topic, topic, sink.URL, subscription.OrderNone, 200)
-		adm := newAdmin(t, brokers)
+		adm := testutil.Admin(t, brokers)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -158,7 +158,7 @@ func TestCommitNeverPassesUnackedOffset(t *testing.T) {
 			last := map[int32]int64{}
 			verified := map[int32]int64{}
 			for ctx.Err() == nil {
-				got, err := committed(ctx, adm, sub.GroupID())
+				got, err := testutil.Committed(ctx, adm, sub.GroupID())
 				if err != nil {
 					continue
 				}
@@ -186,7 +186,7 @@ func TestCommitNeverPassesUnackedOffset(t *testing.T) {
 			c.CommitInterval = 20 * time.Millisecond
 		})
 		sink.WaitAcked(t, n, 2*time.Minute)
-		waitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
+		testutil.WaitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
 		cancel()
 		if err := <-checked; err != nil {
 			t.Fatal(err)
@@ -214,14 +214,14 @@ func TestZombieChangesNothing(t *testing.T) {
 	sub := newSub("zombie", "zombie", sink.URL, subscription.OrderKey, 16)
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
 	sink.WaitAcked(t, 100, time.Minute)
-	adm := newAdmin(t, brokers)
+	adm := testutil.Admin(t, brokers)
 	pk := tracking.PartitionKey{Subscription: sub.ID, Topic: "zombie", Partition: 0}
 	store, err := tracking.New(rdb, tracking.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Wait for the commit of the first 100, then take the partition over.
-	waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 100}, 30*time.Second)
+	testutil.WaitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 100}, 30*time.Second)
 	claim, err := store.Claim(context.Background(), pk, "usurper", 1<<30)
 	if err != nil {
 		t.Fatalf("usurper claim: %v", err)
@@ -244,7 +244,7 @@ func TestZombieChangesNothing(t *testing.T) {
 			t.Errorf("zombie changed tracking field %q: %q -> %q", f, v, after[f])
 		}
 	}
-	got, err := committed(context.Background(), adm, sub.GroupID())
+	got, err := testutil.Committed(context.Background(), adm, sub.GroupID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestPauseStopsDeliveriesAndResumeLosesNothing(t *testing.T) {
 	resumed.Version = 3
 	f <- []*subscription.Subscription{&resumed}
 	sink.WaitAcked(t, n, time.Minute)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), ends, 30*time.Second)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), ends, 30*time.Second)
 	if d := sink.Duplicates(); d != 0 {
 		t.Errorf("%d duplicates across a graceful pause and resume, want 0", d)
 	}

@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/dispatcher"
-	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
@@ -27,24 +25,6 @@ func (s staticSubs) Watch(ctx context.Context, _ time.Duration, fn func([]*subsc
 	fn(s)
 	<-ctx.Done()
 	return nil
-}
-
-// kafkaTiers runs f against kfake, and against the real broker when the
-// integration tier is on.
-func kafkaTiers(t *testing.T, partitions int32, topics []string, f func(t *testing.T, brokers []string)) {
-	t.Run("kfake", func(t *testing.T) {
-		f(t, testutil.Kfake(t, partitions, topics...))
-	})
-	t.Run("kafka", func(t *testing.T) {
-		brokers := testutil.RealKafka(t)
-		testutil.CreateTopics(t, brokers, partitions, topics...)
-		f(t, brokers)
-	})
-}
-
-// uniqueTopic keeps tests on a shared real broker apart.
-func uniqueTopic(t *testing.T, base string) string {
-	return fmt.Sprintf("%s-%d", base, time.Now().UnixNano())
 }
 
 func newSub(id, topic, url string, ordering subscription.Ordering, maxInFlight int) *subscription.Subscription {
@@ -161,54 +141,6 @@ func produce(t *testing.T, brokers []string, topic string, n int, keyOf func(i i
 		t.Fatalf("produce: %v", firstErr)
 	}
 	return ends
-}
-
-// committed reads the group's committed offsets.
-func committed(ctx context.Context, adm *kadm.Client, group string) (map[int32]int64, error) {
-	offs, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int32]int64)
-	offs.Each(func(o kadm.OffsetResponse) {
-		if o.Err == nil {
-			out[o.Partition] = o.At
-		}
-	})
-	return out, nil
-}
-
-func newAdmin(t *testing.T, brokers []string) *kadm.Client {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return kadm.NewClient(cl)
-}
-
-// waitCommitted waits until the group committed every partition's end.
-func waitCommitted(t *testing.T, adm *kadm.Client, group string, ends map[int32]int64, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var got map[int32]int64
-	for time.Now().Before(deadline) {
-		var err error
-		got, err = committed(context.Background(), adm, group)
-		if err == nil {
-			done := true
-			for p, end := range ends {
-				if got[p] != end {
-					done = false
-				}
-			}
-			if done {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("commits did not reach the log end in %v: got %v, want %v", timeout, got, ends)
 }
 
 // feed is a subscription source the test changes at will.

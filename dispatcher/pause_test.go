@@ -64,7 +64,7 @@ func TestPauseReachesEveryNodeWithin2Seconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink.WaitAcked(t, n, time.Minute)
-	waitCommitted(t, newAdmin(t, brokers), sub.GroupID(), ends, 30*time.Second)
+	testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), ends, 30*time.Second)
 	if d := sink.Duplicates(); d != 0 {
 		t.Errorf("%d duplicates across a graceful pause and resume on two nodes, want 0", d)
 	}

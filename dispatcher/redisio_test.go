@@ -98,7 +98,7 @@ func TestHungRedisDoesNotStopDeliveries(t *testing.T) {
 	sink := testutil.StartSink(t)
 	sub := newSub("hung", topic, sink.URL, subscription.OrderKey, 16)
 	startNode(t, brokers, srv.Client(), []*subscription.Subscription{sub}, nil)
-	adm := newAdmin(t, brokers)
+	adm := testutil.Admin(t, brokers)
 	stop := produceSteadily(t, brokers, topic, partitions, 500)
 	sink.WaitAcked(t, 200, 20*time.Second)
 
@@ -111,13 +111,13 @@ func TestHungRedisDoesNotStopDeliveries(t *testing.T) {
 	pausedAt := time.Now()
 	// What was flushed before the pause is committed by now.
 	time.Sleep(500 * time.Millisecond)
-	atPause, err := committed(context.Background(), adm, sub.GroupID())
+	atPause, err := testutil.Committed(context.Background(), adm, sub.GroupID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5*time.Second - time.Since(pausedAt))
 	during := perSecond(sink.CompletedSince(pausedAt), time.Since(pausedAt))
-	inHang, err := committed(context.Background(), adm, sub.GroupID())
+	inHang, err := testutil.Committed(context.Background(), adm, sub.GroupID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestHungRedisDoesNotStopDeliveries(t *testing.T) {
 		t.Errorf("deliveries fell from %.0f/s to %.0f/s while Redis hung; want them to go on", before, during)
 	}
 	ends := stop()
-	waitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
+	testutil.WaitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
 	for p, end := range ends {
 		if missing := sink.Missing(testutil.TP{Topic: topic, Partition: p}, end); len(missing) > 0 {
 			t.Errorf("partition %d: %d records never delivered, first %d", p, len(missing), missing[0])

@@ -25,7 +25,7 @@ import (
 func TestRetryingKeysHoldNoDeliverySlot(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
-			topic := uniqueTopic(t, "slots")
+			topic := testutil.UniqueTopic("slots")
 			// One failing key on each of partitions 0-3, the healthy keys
 			// on partition 4: batches never mix the two.
 			brokers := testutil.Kfake(t, 5, topic)
@@ -115,7 +115,7 @@ func TestRetryingKeysHoldNoDeliverySlot(t *testing.T) {
 // timeout, longer than the drain), is acked and committed, and the next
 // owner does not send it again.
 func TestGracefulHandoverLetsTheAttemptInFlightFinish(t *testing.T) {
-	topic := uniqueTopic(t, "handover")
+	topic := testutil.UniqueTopic("handover")
 	brokers := testutil.Kfake(t, 1, topic)
 	rdb := testutil.StartRedis(t).Client()
 	sink := testutil.StartSink(t)
@@ -150,7 +150,7 @@ func TestGracefulHandoverLetsTheAttemptInFlightFinish(t *testing.T) {
 		t.Errorf("the slow record was not acked by the stop: its attempt was cut at the drain deadline")
 	}
 	// The stop commits what it acked before it returns.
-	if got, err := committed(t.Context(), newAdmin(t, brokers), sub.GroupID()); err != nil || got[0] != ends[0] {
+	if got, err := testutil.Committed(t.Context(), testutil.Admin(t, brokers), sub.GroupID()); err != nil || got[0] != ends[0] {
 		t.Errorf("committed after the stop = %v (err %v), want %v", got, err, ends)
 	}
 
@@ -183,7 +183,7 @@ func TestGracefulHandoverLetsTheAttemptInFlightFinish(t *testing.T) {
 // attempt: the stop does not wait out the drain timeout for it, and the
 // record stays pending for the next owner.
 func TestDrainReleasesRetryingRecordsAtOnce(t *testing.T) {
-	topic := uniqueTopic(t, "drain-retry")
+	topic := testutil.UniqueTopic("drain-retry")
 	brokers := testutil.Kfake(t, 1, topic)
 	rdb := testutil.StartRedis(t).Client()
 	sink := testutil.StartSink(t)
@@ -215,7 +215,7 @@ func TestDrainReleasesRetryingRecordsAtOnce(t *testing.T) {
 	if n := attempts.Load(); n != 1 {
 		t.Errorf("the endpoint saw %d attempts, want 1: the drain made another", n)
 	}
-	if got, err := committed(t.Context(), newAdmin(t, brokers), sub.GroupID()); err != nil || got[0] >= ends[0] {
+	if got, err := testutil.Committed(t.Context(), testutil.Admin(t, brokers), sub.GroupID()); err != nil || got[0] >= ends[0] {
 		t.Errorf("committed after the stop = %v (err %v), want below %v: the record is not acked", got, err, ends)
 	}
 }
@@ -241,7 +241,7 @@ func (s stuckSender) Deliver(ctx context.Context, r *webhooks.Request, _ webhook
 // A drain waits for attempts in flight past its deadline, but not forever:
 // one still running a request timeout later is cut, and the stop ends.
 func TestDrainCutsAttemptsARequestTimeoutPastItsDeadline(t *testing.T) {
-	topic := uniqueTopic(t, "drain-cut")
+	topic := testutil.UniqueTopic("drain-cut")
 	brokers := testutil.Kfake(t, 1, topic)
 	tracker, err := tracking.New(testutil.StartRedis(t).Client(), tracking.Config{})
 	if err != nil {

@@ -76,7 +76,7 @@ func TestPartitionsAddedLaterAreReadFromTheirFirstRecord(t *testing.T) {
 		})
 		waitClaimed(t, h, 1)
 
-		adm := newAdmin(t, brokers)
+		adm := testutil.Admin(t, brokers)
 		resp, err := adm.CreatePartitions(context.Background(), 2, topic)
 		if err == nil {
 			err = resp.Error()
@@ -102,13 +102,13 @@ func TestExpiredGroupOffsetsResumeAtTheTrackedWatermark(t *testing.T) {
 		sub := newSub("expired-offsets", topic, sink.URL, subscription.OrderKey, 8)
 		sub.Start = subscription.StartLatest
 		resolveStart(t, brokers, sub)
-		adm := newAdmin(t, brokers)
+		adm := testutil.Admin(t, brokers)
 
 		a := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
 		waitClaimed(t, a, 1)
 		produceBodies(t, brokers, topic, map[int32]int{0: 20}, "first")
 		waitBodies(t, sink, "first", 20, 30*time.Second)
-		waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 20}, 30*time.Second)
+		testutil.WaitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 20}, 30*time.Second)
 		a.stop(t)
 
 		deleteGroup(t, adm, sub.GroupID())
@@ -123,7 +123,7 @@ func TestExpiredGroupOffsetsResumeAtTheTrackedWatermark(t *testing.T) {
 		}
 		startNodeTracking(t, brokers, tracker, staticSubs{sub}, nil)
 		waitBodies(t, sink, "second", 10, 30*time.Second)
-		waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 30}, 30*time.Second)
+		testutil.WaitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 30}, 30*time.Second)
 		if d := sink.Duplicates(); d != 0 {
 			t.Errorf("%d records delivered again after the group's offsets expired; want resumption at the watermark", d)
 		}
@@ -161,7 +161,7 @@ func TestRecreatedTopicIsReadFromItsFirstRecord(t *testing.T) {
 					return 200
 				}
 				sub := newSub("recreated", topic, sink.URL, subscription.OrderKey, 8)
-				adm := newAdmin(t, brokers)
+				adm := testutil.Admin(t, brokers)
 				quickDrain := func(c *dispatcher.Config) { c.DrainTimeout = 300 * time.Millisecond }
 
 				a := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, quickDrain)
@@ -169,7 +169,7 @@ func TestRecreatedTopicIsReadFromItsFirstRecord(t *testing.T) {
 				waitBodies(t, sink, "old", 39, 30*time.Second)
 				if !tt.stuck {
 					waitBodies(t, sink, "old", 40, 30*time.Second)
-					waitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 40}, 30*time.Second)
+					testutil.WaitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 40}, 30*time.Second)
 				}
 				a.stop(t)
 
@@ -180,7 +180,7 @@ func TestRecreatedTopicIsReadFromItsFirstRecord(t *testing.T) {
 					offs := kadm.Offsets{}
 					offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 40, LeaderEpoch: -1})
 					// A new client: the old one knows the old topic's ID.
-					resp, err := newAdmin(t, brokers).CommitOffsets(context.Background(), sub.GroupID(), offs)
+					resp, err := testutil.Admin(t, brokers).CommitOffsets(context.Background(), sub.GroupID(), offs)
 					if err == nil {
 						err = resp.Error()
 					}
@@ -204,7 +204,7 @@ func startTiers(t *testing.T, partitions int32, base string, f func(t *testing.T
 	})
 	t.Run("kafka", func(t *testing.T) {
 		brokers := testutil.RealKafka(t)
-		topic := uniqueTopic(t, base)
+		topic := testutil.UniqueTopic(base)
 		testutil.CreateTopics(t, brokers, partitions, topic)
 		f(t, brokers, topic)
 	})
@@ -214,7 +214,7 @@ func startTiers(t *testing.T, partitions int32, base string, f func(t *testing.T
 // creates the subscription.
 func resolveStart(t *testing.T, brokers []string, sub *subscription.Subscription) {
 	t.Helper()
-	r, err := control.NewStartResolver(newAdmin(t, brokers))
+	r, err := control.NewStartResolver(testutil.Admin(t, brokers))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func deleteGroup(t *testing.T, adm *kadm.Client, group string) {
 // a real broker may take a moment to finish the deletion.
 func recreateTopic(t *testing.T, brokers []string, topic string, partitions int32) {
 	t.Helper()
-	adm := newAdmin(t, brokers)
+	adm := testutil.Admin(t, brokers)
 	ctx := context.Background()
 	if _, err := adm.DeleteTopic(ctx, topic); err != nil {
 		t.Fatalf("delete topic: %v", err)

@@ -272,25 +272,6 @@ func waitBodies(t *testing.T, sink *testutil.Sink, prefix string, n int, timeout
 	t.Fatalf("%d of %d %q records delivered after %v", len(ackedBodies(sink, prefix)), n, prefix, timeout)
 }
 
-// waitAttempted waits until records of prefix were sent n times.
-func waitAttempted(t *testing.T, sink *testutil.Sink, prefix string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		got := 0
-		for _, d := range sink.Deliveries() {
-			if strings.HasPrefix(string(d.Body), prefix+"-") {
-				got++
-			}
-		}
-		if got >= n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no %q record was sent within 30s", prefix)
-}
-
 // waitClaimed waits until the node owns and claimed n partitions.
 func waitClaimed(t *testing.T, h *nodeHandle, n int) {
 	t.Helper()

@@ -310,7 +310,6 @@ type subscriptionFlags struct {
 	topics                                                            stringList
 	maxInFlight, timeoutMS                                            int
 	paused                                                            bool
-	set                                                               map[string]bool
 	fs                                                                *flag.FlagSet
 }
 

@@ -136,11 +136,6 @@ func addRedisFlags(fs *flag.FlagSet, rc *connect.RedisConfig) (parsed func()) {
 	return func() { rc.Addrs = splitList(*addrs) }
 }
 
-// flagDef binds one flag to its environment twin.
-type flagDef struct {
-	name, env, usage string
-}
-
 func envName(flagName string) string {
 	return "KEYHOOK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }

@@ -481,10 +481,3 @@ func onlyIf(ok bool, s string) string {
 	}
 	return s
 }
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}

@@ -376,20 +376,26 @@ func (m *Machine[P]) dispatching() bool { return m.claimed && !m.stopped }
 
 // Peek returns the next record to dispatch, nil when none may go now. It
 // stays ready until Dispatch.
-func (m *Machine[P]) Peek() *Entry[P] {
-	if !m.dispatching() || len(m.ready) == 0 {
-		return nil
-	}
-	return m.ready[0]
-}
+func (m *Machine[P]) Peek() *Entry[P] { return m.head(m.ready) }
 
 // Dispatch records that e, the entry Peek returned, went to the endpoint.
-func (m *Machine[P]) Dispatch(e *Entry[P]) error {
-	if len(m.ready) == 0 || m.ready[0] != e {
+func (m *Machine[P]) Dispatch(e *Entry[P]) error { return m.dispatchHead(&m.ready, e) }
+
+// head is q's first entry when records may go out now, else nil.
+func (m *Machine[P]) head(q []*Entry[P]) *Entry[P] {
+	if !m.dispatching() || len(q) == 0 {
+		return nil
+	}
+	return q[0]
+}
+
+// dispatchHead takes e, q's first entry, out of q as dispatched.
+func (m *Machine[P]) dispatchHead(q *[]*Entry[P], e *Entry[P]) error {
+	if len(*q) == 0 || (*q)[0] != e {
 		return ErrNotReady
 	}
-	m.ready[0] = nil
-	m.ready = m.ready[1:]
+	(*q)[0] = nil
+	*q = (*q)[1:]
 	m.inflight++
 	e.Dispatched = m.cfg.Clock()
 	return nil
@@ -425,24 +431,10 @@ func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
 
 // PeekExtra returns the next injected record to dispatch, nil when none
 // may go now.
-func (m *Machine[P]) PeekExtra() *Entry[P] {
-	if !m.dispatching() || len(m.extras) == 0 {
-		return nil
-	}
-	return m.extras[0]
-}
+func (m *Machine[P]) PeekExtra() *Entry[P] { return m.head(m.extras) }
 
 // DispatchExtra records that e, the entry PeekExtra returned, went out.
-func (m *Machine[P]) DispatchExtra(e *Entry[P]) error {
-	if len(m.extras) == 0 || m.extras[0] != e {
-		return ErrNotReady
-	}
-	m.extras[0] = nil
-	m.extras = m.extras[1:]
-	m.inflight++
-	e.Dispatched = m.cfg.Clock()
-	return nil
-}
+func (m *Machine[P]) DispatchExtra(e *Entry[P]) error { return m.dispatchHead(&m.extras, e) }
 
 // Assemble takes a batch out of the ready records when one is due: enough
 // records are ready, or the oldest has waited Batch.MaxWait. Otherwise it

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking/offsets"
 )
 
@@ -114,6 +115,12 @@ type Entry[P any] struct {
 	taken bool
 	// extra: queued by Inject, outside the partition's offsets.
 	extra bool
+	// hash is the record's key hash (keyrange), set when the partition
+	// is shared: it decides which sharer delivers it.
+	hash uint16
+	// ready: in the ready or extras queue; out: dispatched, no result
+	// yet; aborted: its attempt was cut and it waits for the next owner.
+	ready, out, aborted bool
 }
 
 // Extra reports whether the entry was queued by Inject.
@@ -150,7 +157,22 @@ type Machine[P any] struct {
 	flushed   int64 // watermark of the last successful flush; -1 none
 	watermark int64 // lowest offset at or above floor not acked; -1 unknown
 
-	acked   offsets.Set
+	// acked holds true acks only: delivered or dead-lettered records,
+	// gaps and markers, and what previous owners acked. It is what the
+	// tracker stores, so other owners may take it as a fact.
+	acked offsets.Set
+	// done is what the watermark walks over: acked plus the offsets of
+	// records other sharers own. It is &acked until the partition is
+	// shared (see ranges).
+	done *offsets.Set
+	// ranges are the key hashes this node delivers, nil for all of them
+	// (empty, not nil, for none);
+	// frozen are those it is giving up (drained, not dispatched); floors
+	// are what the previous owners had delivered, per range.
+	ranges, frozen keyrange.Set
+	floors         []Floor
+	// foreign counts records read that another sharer owns.
+	foreign int64
 	pending map[int64]*Entry[P]
 	lanes   map[string]*lane[P]
 	ready   []*Entry[P]
@@ -183,13 +205,15 @@ func New[P any](cfg Config) (*Machine[P], error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &Machine[P]{
+	m := &Machine[P]{
 		cfg:   cfg,
 		floor: -1, next: -1, committed: -1, flushed: -1, watermark: -1,
 		pending: make(map[int64]*Entry[P]),
 		lanes:   make(map[string]*lane[P]),
 		paused:  true,
-	}, nil
+	}
+	m.done = &m.acked
+	return m, nil
 }
 
 // SetCommitted records a Kafka commit: the group's committed offset at
@@ -209,13 +233,247 @@ func (m *Machine[P]) SetCommitted(o int64) {
 // Claim makes the partition this node's, with the offsets previous owners
 // acked: they are skipped when fetched. Claiming again (after the tracker
 // lost its state, or to win back a zombie's claim) adds what it returns.
-func (m *Machine[P]) Claim(acked *offsets.Set) {
+// The node keeps the ranges it had (all of them at first).
+func (m *Machine[P]) Claim(acked *offsets.Set) { m.ClaimRanges(acked, m.ranges, nil) }
+
+// Floor says that every record whose key hash is in Range and whose
+// offset is below Below was delivered: what a previous owner of the
+// range had finished.
+type Floor struct {
+	Range keyrange.Range
+	Below int64
+}
+
+// ClaimRanges is Claim for the records whose key hash is in ranges (nil
+// or keyrange.Full: all of them), the partition being shared with other
+// nodes that own the rest: their records count as done here without
+// being delivered or acked. Records below a floor of their hash are
+// skipped like acked ones. Ordering partition cannot be shared.
+func (m *Machine[P]) ClaimRanges(acked *offsets.Set, ranges keyrange.Set, floors []Floor) {
+	if ranges.IsFull() || m.cfg.Ordering == OrderPartition {
+		ranges = nil
+	}
+	if ranges != nil {
+		m.share()
+	}
+	m.ranges = ranges
+	m.floors = floors
 	if acked != nil {
 		m.acked.Union(acked)
+		if m.done != &m.acked {
+			m.done.Union(acked)
+		}
 	}
 	m.claimed = true
 	m.version++
 	m.fill()
+}
+
+// share separates the done set from the acked one: from now on records
+// of other sharers count as done, never as acked.
+func (m *Machine[P]) share() {
+	if m.done != &m.acked {
+		return
+	}
+	m.done = m.acked.Clone()
+	// Records accepted while the partition was whole were not hashed:
+	// their lane's key (or offset) says it.
+	for _, e := range m.pending {
+		e.hash = m.entryHash(e)
+	}
+	for _, l := range m.lanes {
+		for _, e := range l.q {
+			e.hash = m.entryHash(e)
+		}
+	}
+}
+
+// entryHash is hash for an accepted record or an injected one.
+func (m *Machine[P]) entryHash(e *Entry[P]) uint16 {
+	if e.lane != nil {
+		return m.hash([]byte(e.lane.key), e.Offset)
+	}
+	return m.hash(nil, e.Offset)
+}
+
+// Ranges returns the key hashes this node delivers.
+func (m *Machine[P]) Ranges() keyrange.Set {
+	if m.ranges == nil {
+		return keyrange.Full()
+	}
+	return m.ranges
+}
+
+// Shared reports whether the node delivers part of the key hashes only.
+func (m *Machine[P]) Shared() bool { return m.ranges != nil }
+
+// Foreign returns how many records were read that other sharers own.
+func (m *Machine[P]) Foreign() int64 { return m.foreign }
+
+// hash is the key hash that decides a record's sharer: its key's, or its
+// offset's without a key or without ordering.
+func (m *Machine[P]) hash(key []byte, off int64) uint16 {
+	if m.cfg.Ordering == OrderNone {
+		return keyrange.OfOffset(off)
+	}
+	return keyrange.Of(key, off)
+}
+
+// Owns reports whether the record of key at offset is this node's to
+// deliver.
+func (m *Machine[P]) Owns(key []byte, off int64) bool {
+	return m.ranges == nil || m.ranges.Contains(m.hash(key, off))
+}
+
+// belowFloor reports whether a previous owner of h's range delivered
+// the record at off. Floors are dropped once the fetch passed them all.
+func (m *Machine[P]) belowFloor(h uint16, off int64) bool {
+	for _, f := range m.floors {
+		if f.Range.Contains(h) {
+			return off < f.Below
+		}
+	}
+	return false
+}
+
+// isFrozen reports whether e belongs to a range being given up.
+func (m *Machine[P]) isFrozen(e *Entry[P]) bool {
+	return m.frozen != nil && (e.lane != nil || !e.extra) && m.frozen.Contains(e.hash)
+}
+
+// addAcked records true acks (gaps, markers, deliveries) in both sets.
+func (m *Machine[P]) addAcked(start, end int64) {
+	m.acked.Add(start, end)
+	if m.done != &m.acked {
+		m.done.Add(start, end)
+	}
+}
+
+// Freeze starts giving up the ranges outside keep: their records are no
+// longer dispatched (those in flight finish), and new ones wait. Draining
+// says when none is in flight; Shrink then lets them go. Freezing again
+// with a wider keep (still within the node's ranges) takes back what is
+// kept.
+func (m *Machine[P]) Freeze(keep keyrange.Set) {
+	cur := m.Ranges()
+	fr := cur.Minus(keep.Intersect(cur))
+	if fr.IsEmpty() {
+		fr = nil
+	}
+	if fr != nil {
+		m.share()
+	}
+	m.frozen = fr
+	m.ready = m.unfrozen(m.ready)
+	m.extras = m.unfrozen(m.extras)
+	// Heads a narrower freeze held back go again.
+	for _, e := range m.pending {
+		if e.lane == nil || e.lane.q[0] == e {
+			m.readyAgain(e)
+		}
+	}
+	for _, l := range m.lanes {
+		if e := l.q[0]; e.extra {
+			m.readyAgain(e)
+		}
+	}
+}
+
+// unfrozen filters frozen entries out of a ready queue.
+func (m *Machine[P]) unfrozen(q []*Entry[P]) []*Entry[P] {
+	if m.frozen == nil {
+		return q
+	}
+	out := q[:0]
+	for _, e := range q {
+		if m.isFrozen(e) {
+			e.ready = false
+			continue
+		}
+		out = append(out, e)
+	}
+	clear(q[len(out):])
+	return out
+}
+
+// readyAgain readies a lane head (or lane-less record) that waits for
+// nothing but is not queued.
+func (m *Machine[P]) readyAgain(e *Entry[P]) {
+	if !e.ready && !e.out && !e.taken && !e.aborted && !m.isFrozen(e) {
+		m.makeReady(e)
+	}
+}
+
+// Draining returns how many records of the frozen ranges are in flight.
+func (m *Machine[P]) Draining() int {
+	if m.frozen == nil {
+		return 0
+	}
+	n := 0
+	for _, e := range m.pending {
+		if e.out && m.isFrozen(e) {
+			n++
+		}
+	}
+	for _, l := range m.lanes {
+		for _, e := range l.q {
+			if e.extra && e.out && m.isFrozen(e) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// ErrDraining is returned by Shrink while records of the frozen ranges are
+// in flight.
+var ErrDraining = errors.New("partition: records of the ranges given up are in flight")
+
+// Shrink lets the frozen ranges go once none of their records is in
+// flight: their pending records count as done here (the next owner
+// delivers them; the tracker holds them as not acked), and the node's
+// ranges become what Freeze kept. It returns the injected records it
+// dropped, which their caller still holds.
+func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
+	if m.frozen == nil {
+		return nil, nil
+	}
+	if m.Draining() > 0 {
+		return nil, ErrDraining
+	}
+	var dropped []*Entry[P]
+	for key, l := range m.lanes {
+		if !m.isFrozen(l.q[0]) {
+			continue
+		}
+		for _, e := range l.q {
+			if e.extra {
+				dropped = append(dropped, e)
+			}
+		}
+		delete(m.lanes, key)
+	}
+	for off, e := range m.pending {
+		if !m.isFrozen(e) {
+			continue
+		}
+		delete(m.pending, off)
+		m.done.AddOffset(off)
+		m.foreign++
+		if e.bytes > 0 {
+			m.held -= e.bytes
+			m.cfg.Budget.Release(e.bytes)
+		}
+	}
+	m.ranges = m.Ranges().Minus(m.frozen)
+	if m.ranges == nil {
+		m.ranges = keyrange.Set{} // none, which nil would not say
+	}
+	m.frozen = nil
+	m.version++
+	m.settleWatermark()
+	m.fill()
+	return dropped, nil
 }
 
 // Claimed reports whether Claim was called.
@@ -305,30 +563,43 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	if off < m.next || off < m.floor {
 		return true // a refetch of something already placed or committed
 	}
+	var h uint16
+	foreign, preacked := false, false
+	if !r.Control {
+		if m.done != &m.acked || m.floors != nil {
+			h = m.hash(r.Key, off)
+		}
+		foreign = m.ranges != nil && !m.ranges.Contains(h)
+		preacked = !foreign && (m.acked.Contains(off) || m.belowFloor(h, off))
+	}
 	// Only a record that will be pending holds memory.
 	hold := int64(0)
-	if m.cfg.Budget != nil && r.Bytes > 0 && !r.Control && !m.acked.Contains(off) {
+	if m.cfg.Budget != nil && r.Bytes > 0 && !r.Control && !foreign && !preacked {
 		if !m.cfg.Budget.Reserve(r.Bytes) {
 			return false
 		}
 		hold = r.Bytes
 	}
 	if off > m.next {
-		m.acked.Add(m.next, off)
+		m.addAcked(m.next, off)
 	}
 	m.next = off + 1
 	m.version++
 	// The watermark can only have moved if the gap started at it.
-	if r.Control {
-		m.acked.AddOffset(off)
+	switch {
+	case r.Control || preacked:
+		// A marker, or a record a previous owner delivered.
+		m.addAcked(off, off+1)
+		m.settleWatermark()
+		return true
+	case foreign:
+		// Another sharer's: done here, never acked.
+		m.done.AddOffset(off)
+		m.foreign++
 		m.settleWatermark()
 		return true
 	}
-	if m.acked.Contains(off) {
-		m.settleWatermark()
-		return true // acked by a previous owner
-	}
-	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold}
+	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold, hash: h}
 	m.held += hold
 	m.pending[off] = e
 	switch {
@@ -361,6 +632,10 @@ func (m *Machine[P]) lane(key string) *lane[P] {
 
 // makeReady queues e for dispatch: a lane's head, or a lane-less record.
 func (m *Machine[P]) makeReady(e *Entry[P]) {
+	if m.isFrozen(e) {
+		return // its range is being given up: it waits for the next owner
+	}
+	e.ready = true
 	if e.extra {
 		m.extras = append(m.extras, e)
 		return
@@ -397,6 +672,7 @@ func (m *Machine[P]) dispatchHead(q *[]*Entry[P], e *Entry[P]) error {
 	(*q)[0] = nil
 	*q = (*q)[1:]
 	m.inflight++
+	e.ready, e.out = false, true
 	e.Dispatched = m.cfg.Clock()
 	return nil
 }
@@ -417,6 +693,7 @@ func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
 		e.lane = m.lane("")
 	case key != nil:
 		e.lane = m.lane(string(key))
+		e.hash = m.hash(key, -1)
 	}
 	if e.lane == nil {
 		m.makeReady(e)
@@ -462,7 +739,7 @@ func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
 		head := m.ready[0]
 		m.ready[0] = nil
 		m.ready = m.ready[1:]
-		head.taken = true
+		head.taken, head.ready = true, false
 		out = append(out, head)
 		size += head.size
 		if head.lane == nil {
@@ -487,6 +764,7 @@ func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
 	now := m.cfg.Clock()
 	for _, e := range batch {
 		e.Dispatched = now
+		e.out = true
 	}
 	m.inflight += len(batch)
 }
@@ -496,6 +774,8 @@ func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
 // pending for the next owner). An ack frees the next record of its lane.
 func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	m.inflight--
+	e.out = false
+	e.aborted = !acked
 	if e.extra {
 		// Whatever its outcome, an injected record frees its lane: its
 		// caller keeps what is not done.
@@ -511,6 +791,9 @@ func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 		return // not tracked (anymore): nothing to ack
 	}
 	m.acked.AddOffset(e.Offset)
+	if m.done != &m.acked {
+		m.done.AddOffset(e.Offset)
+	}
 	delete(m.pending, e.Offset)
 	if e.bytes > 0 {
 		m.held -= e.bytes
@@ -554,7 +837,13 @@ func (m *Machine[P]) settleWatermark() {
 		return
 	}
 	m.acked.TrimBelow(m.floor)
-	m.watermark = m.acked.Watermark(m.floor)
+	if m.done != &m.acked {
+		m.done.TrimBelow(m.floor)
+	}
+	m.watermark = m.done.Watermark(m.floor)
+	if m.floors != nil && m.next >= 0 && m.floorsPassed() {
+		m.floors = nil
+	}
 }
 
 // settle recomputes the watermark and the fetch decision: with MaxWindow
@@ -571,6 +860,16 @@ func (m *Machine[P]) settle() {
 	case m.next < 0 || m.watermark < 0 || m.next-m.watermark <= m.cfg.MaxWindow/2:
 		m.paused = false
 	}
+}
+
+// floorsPassed reports whether the fetch is past every floor.
+func (m *Machine[P]) floorsPassed() bool {
+	for _, f := range m.floors {
+		if m.next < f.Below {
+			return false
+		}
+	}
+	return true
 }
 
 // Paused reports whether fetching the partition should be paused now.
@@ -622,7 +921,10 @@ type Snapshot struct {
 	version uint64
 	// Acked is the acked set itself, valid until the machine changes:
 	// encode it before driving the machine again.
-	Acked     *offsets.Set
+	Acked *offsets.Set
+	// Ranges are the key hashes the state is of, nil for all of them.
+	Ranges keyrange.Set
+	// Watermark is the lowest offset of this node's ranges not acked.
 	Watermark int64
 	Next      int64
 	Committed int64
@@ -647,7 +949,7 @@ func (m *Machine[P]) Touch() { m.version++ }
 // Snapshot returns the state to flush.
 func (m *Machine[P]) Snapshot() Snapshot {
 	s := Snapshot{
-		version: m.version, Acked: &m.acked,
+		version: m.version, Acked: &m.acked, Ranges: m.ranges,
 		Watermark: m.watermark, Next: m.next, Committed: m.committed,
 		Pending: len(m.pending), InFlight: m.inflight, Keys: len(m.lanes),
 	}
@@ -659,12 +961,22 @@ func (m *Machine[P]) Snapshot() Snapshot {
 
 // Flushed records that s reached the tracker: its watermark may now be
 // committed.
-func (m *Machine[P]) Flushed(s Snapshot) {
+func (m *Machine[P]) Flushed(s Snapshot) { m.FlushedMerged(s, -1) }
+
+// FlushedMerged is Flushed with the partition's merged watermark the
+// tracker answered (-1 unknown): the lowest offset no owner of any range
+// has acked. A shared partition may commit only that; a whole one the
+// higher of it and its own.
+func (m *Machine[P]) FlushedMerged(s Snapshot, merged int64) {
 	if s.version > m.flushedVersion {
 		m.flushedVersion = s.version
 	}
-	if s.Watermark > m.flushed {
-		m.flushed = s.Watermark
+	c := max(s.Watermark, merged)
+	if s.Ranges != nil {
+		c = merged
+	}
+	if c > m.flushed {
+		m.flushed = c
 	}
 }
 

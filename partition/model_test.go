@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking/offsets"
 )
 
@@ -22,7 +23,11 @@ import (
 //     nothing fails;
 //   - the commit is never past an offset that is not acked, never ahead of
 //     a flush, and never moves back;
-//   - the window bounds the records held.
+//   - the window bounds the records held;
+//   - shared (a part of the key hashes claimed, others' records counted
+//     as done): only the node's records go out, floors are respected,
+//     a range being given up sends nothing new, and the acked set a flush
+//     writes holds true acks only.
 
 // logRecord is one offset of the simulated partition log.
 type logRecord struct {
@@ -61,6 +66,10 @@ type model struct {
 	// out are aborted too (a delivery that stops stops its whole batch).
 	abortedLanes map[string]bool
 	budget       *MemoryBudget
+	// ranges are the hashes this node delivers (nil: all), frozen those
+	// it is giving up; floors what a previous owner delivered per range.
+	ranges, frozen keyrange.Set
+	floors         []Floor
 }
 
 func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window int64) *model {
@@ -123,7 +132,52 @@ func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window 
 			}
 		}
 	}
+	// Shared: some of the key ranges, a floor on some of them.
+	if ordering != OrderPartition && rnd.IntN(3) == 0 {
+		parts := keyrange.Split(2 + rnd.IntN(3))
+		var mine []keyrange.Range
+		for _, r := range parts {
+			if rnd.IntN(2) == 0 {
+				mine = append(mine, r)
+			}
+			if rnd.IntN(3) == 0 {
+				md.floors = append(md.floors, Floor{Range: r, Below: md.log[rnd.IntN(len(md.log))].offset})
+			}
+		}
+		md.ranges, _ = keyrange.NewSet(mine...)
+		if md.ranges == nil {
+			md.ranges = keyrange.Set{parts[0]}
+		}
+	}
 	return md
+}
+
+func (md *model) hash(r logRecord) uint16 {
+	if md.cfg.Ordering == OrderNone {
+		return keyrange.OfOffset(r.offset)
+	}
+	return keyrange.Of(r.key, r.offset)
+}
+
+// mine reports whether r is this node's to deliver under ranges.
+func (md *model) mine(r logRecord, ranges keyrange.Set) bool {
+	return ranges == nil || r.control || ranges.Contains(md.hash(r))
+}
+
+// belowFloor reports whether a previous owner delivered r.
+func (md *model) belowFloor(r logRecord) bool {
+	for _, f := range md.floors {
+		if f.Range.Contains(md.hash(r)) {
+			return r.offset < f.Below
+		}
+	}
+	return false
+}
+
+// settled reports whether r needs no delivery by anyone: a marker,
+// below the start, acked by a previous owner, or delivered.
+func (md *model) settled(r logRecord) bool {
+	return r.offset < md.start() || r.control || md.preAck.Contains(r.offset) || md.belowFloor(r) || md.delivered[r.offset] > 0
 }
 
 func (md *model) start() int64 {
@@ -165,6 +219,10 @@ func (md *model) step(op byte) {
 			if md.stopped {
 				md.complete(false)
 			}
+		case 3:
+			md.freeze()
+		case 4:
+			md.shrink()
 		default:
 			md.flush()
 		}
@@ -240,8 +298,12 @@ func (md *model) sent(e *Entry[int64]) {
 	switch {
 	case r.control:
 		md.t.Fatalf("step %d: marker %d dispatched", md.steps, off)
-	case md.preAck.Contains(off):
+	case md.preAck.Contains(off) || md.belowFloor(r):
 		md.t.Fatalf("step %d: offset %d acked by the previous owner dispatched again", md.steps, off)
+	case !md.mine(r, md.ranges):
+		md.t.Fatalf("step %d: offset %d of another sharer's range dispatched", md.steps, off)
+	case md.frozen != nil && md.frozen.Contains(md.hash(r)):
+		md.t.Fatalf("step %d: offset %d of a range being given up dispatched", md.steps, off)
 	case off < md.start():
 		md.t.Fatalf("step %d: offset %d below the start %d dispatched", md.steps, off, md.start())
 	case md.dispatched[off]:
@@ -256,7 +318,7 @@ func (md *model) sent(e *Entry[int64]) {
 			if o.offset >= off {
 				break
 			}
-			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) {
+			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) || md.belowFloor(o) {
 				continue
 			}
 			if k, ok := md.laneOf(o.offset); ok && k == key && md.delivered[o.offset] == 0 && !md.inBatchBefore(o.offset) {
@@ -347,15 +409,81 @@ func (md *model) complete(acked bool) {
 	md.m.Done(e, acked)
 }
 
+// freeze starts giving up some of the node's ranges (a shared partition
+// only, as the dispatcher does).
+func (md *model) freeze() {
+	if md.cfg.Ordering == OrderPartition || md.stopped {
+		return
+	}
+	cur := md.ranges
+	if cur == nil {
+		cur = keyrange.Full()
+	}
+	var keep keyrange.Set
+	for _, r := range keyrange.Split(1 + md.rnd.IntN(4)) {
+		if md.rnd.IntN(2) == 0 {
+			keep = keep.Union(keyrange.Set{r})
+		}
+	}
+	keep = keep.Intersect(cur)
+	md.m.Freeze(keep)
+	md.frozen = cur.Minus(keep)
+	if md.frozen.IsEmpty() {
+		md.frozen = nil
+	}
+}
+
+// shrink lets the frozen ranges go once nothing of them is in flight; the
+// flush before it must hold them as not delivered.
+func (md *model) shrink() {
+	if md.frozen == nil {
+		return
+	}
+	if md.m.Draining() > 0 {
+		if _, err := md.m.Shrink(); err == nil {
+			md.t.Fatalf("step %d: shrink with records of the frozen ranges in flight", md.steps)
+		}
+		return
+	}
+	md.flush()
+	if _, err := md.m.Shrink(); err != nil {
+		md.t.Fatal(err)
+	}
+	if md.ranges == nil {
+		md.ranges = keyrange.Full()
+	}
+	md.ranges = md.ranges.Minus(md.frozen)
+	if md.ranges == nil {
+		md.ranges = keyrange.Set{}
+	}
+	md.frozen = nil
+	if !md.m.Ranges().Equal(md.ranges) {
+		md.t.Fatalf("step %d: ranges %v after shrink, want %v", md.steps, md.m.Ranges(), md.ranges)
+	}
+}
+
 func (md *model) flush() {
 	if !md.m.Dirty() {
 		return
 	}
 	s := md.m.Snapshot()
+	// What a flush writes is a fact other owners rely on: its acked set
+	// holds no record that is not delivered, and its watermark passes
+	// none of its ranges' records that are not.
+	for _, r := range md.log {
+		if s.Acked.Contains(r.offset) && !md.settled(r) {
+			md.t.Fatalf("step %d: flushed acked set holds offset %d, which nobody delivered", md.steps, r.offset)
+		}
+	}
+	if u := md.firstUnacked(s.Ranges); s.Watermark > u {
+		md.t.Fatalf("step %d: flushed watermark %d of ranges %v passes offset %d, which is not acked", md.steps, s.Watermark, s.Ranges, u)
+	}
 	if s.Watermark >= 0 {
 		md.flushedWM = max(md.flushedWM, s.Watermark)
 	}
-	md.m.Flushed(s)
+	// The other sharers are simulated as done with everything: the
+	// merged watermark is this node's.
+	md.m.FlushedMerged(s, s.Watermark)
 }
 
 func (md *model) commit() {
@@ -369,18 +497,18 @@ func (md *model) commit() {
 	if c > md.flushedWM {
 		md.t.Fatalf("step %d: commit candidate %d ahead of the flushed watermark %d", md.steps, c, md.flushedWM)
 	}
-	if u := md.firstUnacked(); c > u {
+	if u := md.firstUnacked(md.ranges); c > u {
 		md.t.Fatalf("step %d: commit candidate %d passes offset %d, which is not acked", md.steps, c, u)
 	}
 	md.lastCommit = c
 	md.m.SetCommitted(c)
 }
 
-// firstUnacked is the lowest offset at or above the start that must still
-// be delivered (fetched or not), or the log end.
-func (md *model) firstUnacked() int64 {
+// firstUnacked is the lowest offset of ranges (nil: all) at or above the
+// start that must still be delivered (fetched or not), or the log end.
+func (md *model) firstUnacked(ranges keyrange.Set) int64 {
 	for _, r := range md.log {
-		if r.offset < md.start() || r.control || md.preAck.Contains(r.offset) || md.delivered[r.offset] > 0 {
+		if md.settled(r) || !md.mine(r, ranges) {
 			continue
 		}
 		return r.offset
@@ -404,7 +532,7 @@ func (md *model) check() {
 		if wm < md.lastWM {
 			md.t.Fatalf("step %d: watermark moved back from %d to %d", md.steps, md.lastWM, wm)
 		}
-		if u := md.firstUnacked(); wm > u {
+		if u := md.firstUnacked(md.m.Ranges()); wm > u {
 			md.t.Fatalf("step %d: watermark %d passes offset %d, which is not acked", md.steps, wm, u)
 		}
 		md.lastWM = wm
@@ -442,6 +570,7 @@ func (md *model) finish() {
 		for len(md.out) > 0 {
 			md.complete(true)
 		}
+		md.shrink()
 		md.flush()
 		md.commit()
 		md.check()
@@ -450,7 +579,7 @@ func (md *model) finish() {
 		}
 	}
 	for _, r := range md.log {
-		if r.offset < md.start() || r.control || md.preAck.Contains(r.offset) {
+		if r.offset < md.start() || r.control || md.preAck.Contains(r.offset) || md.belowFloor(r) || !md.mine(r, md.ranges) {
 			continue
 		}
 		if md.delivered[r.offset] != 1 {
@@ -486,7 +615,11 @@ func (md *model) run(ops []byte) {
 			md.t.Fatal("an unclaimed partition is not paused")
 		}
 	}
-	md.m.Claim(md.preAck.Clone())
+	if md.ranges != nil || md.floors != nil {
+		md.m.ClaimRanges(md.preAck.Clone(), md.ranges, md.floors)
+	} else {
+		md.m.Claim(md.preAck.Clone())
+	}
 	for _, op := range ops {
 		md.step(op)
 	}

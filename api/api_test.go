@@ -39,7 +39,7 @@ func TestSubscriptionRoundTrip(t *testing.T) {
 	want := subscription.Subscription{
 		ID: created.ID, Name: "orders to billing", Topics: []string{"orders"},
 		Endpoint: subscription.Endpoint{URL: "https://billing.example.com/hook", TimeoutMS: 5000},
-		Ordering: subscription.OrderPartition, MaxInFlight: 10, Start: subscription.StartLatest,
+		Ordering: subscription.OrderPartition, Sharing: subscription.SharingAuto, MaxInFlight: 10, Start: subscription.StartLatest,
 		DeadLetterTopic: "none", CreatedAt: created.CreatedAt, UpdatedAt: created.CreatedAt, Version: 1,
 		Signing: created.Signing,
 	}
@@ -137,7 +137,7 @@ func TestReplaceSetsEveryFieldAndBumpsTheVersion(t *testing.T) {
 		ID: sub.ID, Name: "renamed", Topics: []string{"orders", "refunds"},
 		Endpoint: subscription.Endpoint{URL: "https://other.example/h"},
 		// PUT is a whole body: what it leaves out takes its default.
-		Ordering: subscription.OrderKey, MaxInFlight: subscription.DefaultMaxInFlight, Start: subscription.StartEarliest,
+		Ordering: subscription.OrderKey, Sharing: subscription.SharingAuto, MaxInFlight: subscription.DefaultMaxInFlight, Start: subscription.StartEarliest,
 		CreatedAt: sub.CreatedAt, UpdatedAt: got.UpdatedAt, Version: 2,
 		// Signing, which the body leaves out, is kept, and not shown.
 		Signing: sub.Redacted().Signing,

@@ -17,6 +17,18 @@ const (
 	OrderNone Ordering = "none"
 )
 
+// Sharing says whether a partition may be shared by several nodes, each
+// delivering a range of its key hashes.
+type Sharing string
+
+const (
+	// SharingAuto shares partitions when the subscription's consumers
+	// outnumber them.
+	SharingAuto Sharing = "auto"
+	// SharingOff gives every partition to one node.
+	SharingOff Sharing = "off"
+)
+
 // Start says where a new subscription begins reading a topic that its
 // consumer group has no commit for.
 type Start string
@@ -39,13 +51,16 @@ const (
 // Subscription binds topics to an endpoint with a delivery policy. Each
 // subscription is its own Kafka consumer group.
 type Subscription struct {
-	ID          string   `json:"id"`
-	Name        string   `json:"name"`
-	Topics      []string `json:"topics"`
-	Endpoint    Endpoint `json:"endpoint"`
-	Ordering    Ordering `json:"ordering"`
-	MaxInFlight int      `json:"max_in_flight"`
-	Start       Start    `json:"start"`
+	ID       string   `json:"id"`
+	Name     string   `json:"name"`
+	Topics   []string `json:"topics"`
+	Endpoint Endpoint `json:"endpoint"`
+	Ordering Ordering `json:"ordering"`
+	// Sharing is SharingAuto unless set; ordering "partition" is never
+	// shared.
+	Sharing     Sharing `json:"sharing,omitempty"`
+	MaxInFlight int     `json:"max_in_flight"`
+	Start       Start   `json:"start"`
 	// DeadLetterTopic receives records whose delivery ended without
 	// success. Empty means "<topic>.keyhook.dlq"; DeadLetterNone disables
 	// dead-lettering (the key blocks until an operator acts).
@@ -75,6 +90,12 @@ type Subscription struct {
 	// Version increases with every change; nodes restart the
 	// subscription's consumer when it changes.
 	Version int64 `json:"version"`
+}
+
+// Shares reports whether the subscription's partitions may be shared by
+// key range.
+func (s *Subscription) Shares() bool {
+	return s.Sharing != SharingOff && s.Ordering != OrderPartition
 }
 
 // Endpoint is where deliveries go.

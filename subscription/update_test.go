@@ -160,7 +160,7 @@ func TestReplaceKeepsIdentityAndSetsEverythingElse(t *testing.T) {
 		t.Fatalf("Replace: %v", err)
 	}
 	want := &Subscription{ID: sub.ID, Name: "other", Topics: []string{"refunds"}, Endpoint: Endpoint{URL: "https://o.example"},
-		Ordering: OrderKey, MaxInFlight: DefaultMaxInFlight, Start: StartEarliest, Paused: true,
+		Ordering: OrderKey, Sharing: SharingAuto, MaxInFlight: DefaultMaxInFlight, Start: StartEarliest, Paused: true,
 		CreatedAt: sub.CreatedAt, UpdatedAt: next.UpdatedAt, Version: 2}
 	if diff := cmp.Diff(want, next); diff != "" {
 		t.Errorf("Replace (-want +got):\n%s", diff)

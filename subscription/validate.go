@@ -52,11 +52,14 @@ func (e *ValidationError) Error() string {
 }
 
 // Normalize fills the fields a client may leave empty with their defaults:
-// ordering "key", max_in_flight 256 and start "earliest". Fields with a
+// ordering "key", sharing "auto", max_in_flight 256 and start "earliest". Fields with a
 // value, valid or not, are left alone so that Validate can report them.
 func (s *Subscription) Normalize() {
 	if s.Ordering == "" {
 		s.Ordering = OrderKey
+	}
+	if s.Sharing == "" {
+		s.Sharing = SharingAuto
 	}
 	if s.MaxInFlight == 0 {
 		s.MaxInFlight = DefaultMaxInFlight
@@ -119,6 +122,11 @@ func (s *Subscription) Validate() []FieldError {
 	case OrderKey, OrderPartition, OrderNone:
 	default:
 		add("ordering", `must be one of "key", "partition", "none"`)
+	}
+	switch s.Sharing {
+	case "", SharingAuto, SharingOff:
+	default:
+		add("sharing", `must be one of "auto", "off"`)
 	}
 	if s.MaxInFlight < 1 || s.MaxInFlight > MaxMaxInFlight {
 		add("max_in_flight", fmt.Sprintf("must be between 1 and %d", MaxMaxInFlight))

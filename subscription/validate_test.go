@@ -32,12 +32,12 @@ func TestNormalizeFillsOnlyEmptyFields(t *testing.T) {
 		{
 			name: "empty fields get defaults",
 			in:   Subscription{Name: "n"},
-			want: Subscription{Name: "n", Ordering: OrderKey, MaxInFlight: DefaultMaxInFlight, Start: StartEarliest},
+			want: Subscription{Name: "n", Ordering: OrderKey, Sharing: SharingAuto, MaxInFlight: DefaultMaxInFlight, Start: StartEarliest},
 		},
 		{
 			name: "set fields, even invalid ones, are kept for Validate to report",
 			in:   Subscription{Ordering: "bogus", MaxInFlight: -1, Start: StartLatest, DeadLetterTopic: "x"},
-			want: Subscription{Ordering: "bogus", MaxInFlight: -1, Start: StartLatest, DeadLetterTopic: "x"},
+			want: Subscription{Ordering: "bogus", Sharing: SharingAuto, MaxInFlight: -1, Start: StartLatest, DeadLetterTopic: "x"},
 		},
 	}
 	for _, tt := range tests {
@@ -128,6 +128,8 @@ func TestValidateReportsEveryProblemByField(t *testing.T) {
 			want: []FieldError{{"ordering", `must be one of "key", "partition", "none"`}}},
 		{name: "ordering empty (not normalized)", change: func(s *Subscription) { s.Ordering = "" },
 			want: []FieldError{{"ordering", `must be one of "key", "partition", "none"`}}},
+		{name: "sharing unknown", change: func(s *Subscription) { s.Sharing = "on" },
+			want: []FieldError{{"sharing", `must be one of "auto", "off"`}}},
 		{name: "max in flight zero (not normalized)", change: func(s *Subscription) { s.MaxInFlight = 0 },
 			want: []FieldError{{"max_in_flight", "must be between 1 and 100000"}}},
 		{name: "max in flight negative", change: func(s *Subscription) { s.MaxInFlight = -5 },

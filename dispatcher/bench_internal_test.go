@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -39,11 +40,18 @@ type noTracker struct{}
 func (noTracker) Load(context.Context, []tracking.PartitionKey) (map[tracking.PartitionKey]tracking.PartitionState, error) {
 	return nil, nil
 }
-func (noTracker) ClaimTopic(context.Context, tracking.PartitionKey, string, int32, string) (tracking.Claim, error) {
+func (noTracker) ClaimRanges(context.Context, tracking.PartitionKey, string, int32, string, keyrange.Set) (tracking.Claim, error) {
 	return tracking.Claim{}, nil
 }
-func (noTracker) FlushMany(_ context.Context, fs []tracking.PartitionFlush) []error {
-	return make([]error, len(fs))
+func (noTracker) FlushRanges(_ context.Context, fs []tracking.PartitionFlush) []tracking.FlushResult {
+	out := make([]tracking.FlushResult, len(fs))
+	for i, f := range fs {
+		out[i] = tracking.FlushResult{Watermark: f.Flush.Watermark, Committed: f.Flush.Committed}
+	}
+	return out
+}
+func (noTracker) ReleaseRanges(context.Context, tracking.PartitionKey, int64, keyrange.Set) error {
+	return nil
 }
 func (noTracker) ReleaseMany(_ context.Context, rs []tracking.PartitionRelease) []error {
 	return make([]error, len(rs))

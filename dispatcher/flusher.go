@@ -47,6 +47,9 @@ var errRetired = errors.New("dispatcher: partition handed over; snapshot not wri
 type flushResult struct {
 	snap partition.Snapshot
 	err  error
+	// merged is the partition's watermark over every sharer (-1 unknown)
+	// and committed the commit mirror the tracker holds (-1 none).
+	merged, committed int64
 }
 
 func newFlusher(tracker Tracker, interval time.Duration) *flusher {
@@ -99,16 +102,21 @@ func (fl *flusher) round(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
-	errs := fl.write(ctx, live)
+	res := fl.write(ctx, live)
 	for i, r := range live {
-		r.w.pushFlushed(flushResult{snap: r.snap, err: errs[i]})
+		r.w.pushFlushed(r.result(res[i]))
 	}
+}
+
+// result is the flushResult of r's write.
+func (r flushReq) result(res tracking.FlushResult) flushResult {
+	return flushResult{snap: r.snap, err: res.Err, merged: res.Watermark, committed: res.Committed}
 }
 
 // write writes the states of reqs in one pipelined round under ctx and
 // records, per subscription, the round's time and the failed writes. It
-// returns one error per request, in order.
-func (fl *flusher) write(ctx context.Context, reqs []flushReq) []error {
+// returns one result per request, in order.
+func (fl *flusher) write(ctx context.Context, reqs []flushReq) []tracking.FlushResult {
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -117,7 +125,7 @@ func (fl *flusher) write(ctx context.Context, reqs []flushReq) []error {
 		pfs[i] = tracking.PartitionFlush{Key: r.w.pk, Flush: r.f}
 	}
 	started := time.Now()
-	errs := fl.tracker.FlushMany(ctx, pfs)
+	res := fl.tracker.FlushRanges(ctx, pfs)
 	took := time.Since(started).Seconds()
 	seen := make(map[*group]bool)
 	for i, r := range reqs {
@@ -126,9 +134,9 @@ func (fl *flusher) write(ctx context.Context, reqs []flushReq) []error {
 			seen[g] = true
 			g.tel.flushTime.Record(context.Background(), took, metric.WithAttributeSet(g.attrs))
 		}
-		if errs[i] != nil {
+		if res[i].Err != nil {
 			g.countError("flush")
 		}
 	}
-	return errs
+	return res
 }

@@ -18,7 +18,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyhook/keyhook/delivery"
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
+	"github.com/keyhook/keyhook/sharing"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 )
@@ -61,6 +63,12 @@ type group struct {
 	// one.
 	redrives chan job
 	redriver *redriver
+
+	// balancer shares partitions by key range (nil when the subscription
+	// does not share); assigned is the key ranges of each partition as
+	// the latest sync gave them, absent meaning all of them.
+	balancer *sharing.Balancer
+	assigned map[topicPartition]keyrange.Set
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
@@ -120,6 +128,18 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	// start was committed for the group when the subscription was created,
 	// so a partition without a commit has not been read yet (start.go).
 	reset := kgo.NewOffset().AtStart()
+	balancers := []kgo.GroupBalancer{kgo.CooperativeStickyBalancer()}
+	if s.Shares() {
+		b, err := sharing.New(sharing.Config{Sharing: true, OnSync: g.onSync})
+		if err != nil {
+			g.stopWorkers()
+			return nil, fmt.Errorf("dispatcher: %w", err)
+		}
+		g.balancer = b
+		// Nodes that do not share yet (a rolling upgrade) still agree on
+		// cooperative-sticky, whose partitions are whole.
+		balancers = []kgo.GroupBalancer{b, wholePartitions{GroupBalancer: balancers[0], g: g}}
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(n.cfg.Brokers...),
 		kgo.ClientID("keyhook-" + n.cfg.NodeID),
@@ -127,7 +147,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		kgo.ConsumeTopics(s.Topics...),
 		kgo.ConsumeResetOffset(reset),
 		kgo.DisableAutoCommit(),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.Balancers(balancers...),
 		kgo.SessionTimeout(n.cfg.SessionTimeout),
 		kgo.HeartbeatInterval(n.cfg.SessionTimeout / 5),
 		// Rebalances wait while records of a poll are handed to workers, so a
@@ -283,7 +303,7 @@ func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[strin
 				continue
 			}
 			g.starts[tp] = starts[tp]
-			w := newWorker(g, tp, gen)
+			w := newWorker(g, tp, gen, g.assigned[tp])
 			w.topicID = starts[tp].topicID
 			g.workers[tp] = w
 			w.start(g.wctx)
@@ -291,6 +311,73 @@ func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[strin
 	}
 	g.countRebalance("assigned", assigned)
 	g.log.Info("partitions assigned", "partitions", assigned, "generation", gen)
+}
+
+// onSync records the key ranges a sync assigned (from franz-go's group
+// goroutine: it must not block) and hands the partitions kept a narrower
+// set; their workers give the rest up (worker.reshape). Partitions newly
+// assigned take theirs in onAssigned, which follows.
+func (g *group) onSync(a sharing.Assignment) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.assigned = make(map[topicPartition]keyrange.Set)
+	for topic, ps := range a {
+		for p, rs := range ps {
+			g.assigned[topicPartition{topic, p}] = rs
+		}
+	}
+	for tp, w := range g.workers {
+		if rs, ok := g.assigned[tp]; ok {
+			w.setTarget(rs)
+		}
+	}
+}
+
+// rangesReleased tells the balancer a worker gave up the ranges it no
+// longer holds, and, once no worker is still giving some up, asks for a
+// rebalance: the balancer hands released ranges over only in the next
+// generation, after their old owner said so.
+func (g *group) rangesReleased(tp topicPartition, keep keyrange.Set) {
+	if g.balancer == nil {
+		return
+	}
+	g.balancer.Released(tp.topic, tp.partition, keep)
+	g.mu.Lock()
+	busy := false
+	for _, w := range g.workers {
+		if t := w.target.Load(); t != nil && !t.Covers(w.ranges()) {
+			busy = true
+		}
+	}
+	g.mu.Unlock()
+	if !busy {
+		g.log.Info("key ranges released; rebalancing to hand them over")
+		g.client().ForceRebalance()
+	}
+}
+
+// wholePartitions is the cooperative-sticky balancer a sharing group
+// offers beside its own, for members that do not share yet: when the
+// group agrees on it, every partition assigned is whole.
+type wholePartitions struct {
+	kgo.GroupBalancer
+	g *group
+}
+
+func (b wholePartitions) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	a, err := b.GroupBalancer.ParseSyncAssignment(assignment)
+	if err != nil {
+		return nil, err
+	}
+	whole := make(sharing.Assignment, len(a))
+	for topic, ps := range a {
+		whole[topic] = make(map[int32]keyrange.Set, len(ps))
+		for _, p := range ps {
+			whole[topic][p] = keyrange.Full()
+		}
+	}
+	b.g.onSync(whole)
+	return a, nil
 }
 
 // onOffsetsFetched decides where each assigned partition starts: at the
@@ -375,11 +462,11 @@ func (g *group) releaseAll(ws []*worker, graceful bool) {
 			reqs = append(reqs, r)
 		}
 	}
-	errs := g.n.flusher.write(ctx, reqs)
+	res := g.n.flusher.write(ctx, reqs)
 	var rels []tracking.PartitionRelease
 	var relWorkers []*worker
 	for i, r := range reqs {
-		if rel, ok := r.w.handedOver(flushResult{snap: r.snap, err: errs[i]}); ok {
+		if rel, ok := r.w.handedOver(r.result(res[i])); ok {
 			rels = append(rels, rel)
 			relWorkers = append(relWorkers, r.w)
 		}
@@ -519,6 +606,12 @@ type PartitionStats struct {
 	Pending int64
 	// Claimed is false until the tracker accepted this node's claim.
 	Claimed bool
+	// Ranges are the key hashes of the partition this node delivers: all
+	// of them (keyrange.Full) unless the partition is shared; nil before
+	// the claim.
+	Ranges keyrange.Set
+	// NotOwned counts the records read that other sharers deliver.
+	NotOwned int64
 }
 
 func (g *group) stats() GroupStats {

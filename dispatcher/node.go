@@ -12,6 +12,7 @@ import (
 	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -26,17 +27,21 @@ type Sender interface {
 }
 
 // Tracker keeps partition state where another node can find it;
-// tracking.Store implements it. ClaimTopic is given the topic's Kafka ID
-// ("" unknown) so that state of a deleted topic of the same name is
-// dropped, not resumed; Load is read at assignment, to resume a partition
-// whose group commit is gone at its tracked watermark.
+// tracking.Store implements it. A claim is of a partition's key ranges
+// (all of them unless the partition is shared); ClaimRanges is given the
+// topic's Kafka ID ("" unknown) so that state of a deleted topic of the
+// same name is dropped, not resumed; Load is read at assignment, to
+// resume a partition whose group commit is gone at its tracked watermark.
 type Tracker interface {
-	ClaimTopic(ctx context.Context, pk tracking.PartitionKey, owner string, generation int32, topicID string) (tracking.Claim, error)
+	ClaimRanges(ctx context.Context, pk tracking.PartitionKey, owner string, generation int32, topicID string, ranges keyrange.Set) (tracking.Claim, error)
 	Load(ctx context.Context, pks []tracking.PartitionKey) (map[tracking.PartitionKey]tracking.PartitionState, error)
-	// FlushMany and ReleaseMany write many partitions in one round trip,
-	// answering each in order.
-	FlushMany(ctx context.Context, fs []tracking.PartitionFlush) []error
+	// FlushRanges and ReleaseMany write many partitions in one round
+	// trip, answering each in order; a flush answers the partition's
+	// merged watermark over every sharer.
+	FlushRanges(ctx context.Context, fs []tracking.PartitionFlush) []tracking.FlushResult
 	ReleaseMany(ctx context.Context, rs []tracking.PartitionRelease) []error
+	// ReleaseRanges gives up part of a claim, drained and flushed.
+	ReleaseRanges(ctx context.Context, pk tracking.PartitionKey, epoch int64, ranges keyrange.Set) error
 }
 
 // Subscriptions feeds the node the current subscription set;
@@ -163,6 +168,9 @@ type Ownership struct {
 	// its claim in the tracker is refused or failing: nothing of it is
 	// delivered then.
 	Claimed bool `json:"claimed"`
+	// Ranges are the key hashes of the partition the node delivers, as
+	// "lo-hi" ranges (hi exclusive, of 0–65536); "" for all of them.
+	Ranges string `json:"ranges,omitempty"`
 }
 
 // Owned lists the partitions this node owns right now, sorted.
@@ -170,7 +178,11 @@ func (n *Node) Owned() []Ownership {
 	var out []Ownership
 	for _, g := range n.Stats() {
 		for _, p := range g.Partitions {
-			out = append(out, Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed})
+			o := Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed}
+			if p.Ranges != nil && !p.Ranges.IsFull() {
+				o.Ranges = p.Ranges.String()
+			}
+			out = append(out, o)
 		}
 	}
 	return out

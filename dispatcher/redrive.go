@@ -155,10 +155,32 @@ func (r *redriver) take(ctx context.Context, w *worker, rs []deadletter.Redrive)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, rd := range fresh {
+			if !w.m.Owns(rd.Key, rd.Offset) {
+				// Its key is another sharer's: that node sends it.
+				delete(taken, rd.ID)
+				continue
+			}
 			e := w.m.Inject(rd.Key, rd.Record())
 			r.entries[e] = injected{w: w, rd: rd}
 		}
 	})
+}
+
+// forget drops injected records a worker let go with their key range:
+// they stay queued for the range's next owner.
+func (r *redriver) forget(es []*record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range es {
+		in, ok := r.entries[e]
+		if !ok {
+			continue
+		}
+		delete(r.entries, e)
+		if taken := r.taken[in.w]; taken != nil {
+			delete(taken, in.rd.ID)
+		}
+	}
 }
 
 // deliver sends one injected record with the redrive's attempts and takes

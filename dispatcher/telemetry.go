@@ -52,6 +52,7 @@ type telemetry struct {
 	errors       metric.Int64Counter
 	rebalances   metric.Int64Counter
 	startResets  metric.Int64Counter
+	notOwned     metric.Int64Counter
 }
 
 func newTelemetry(n *Node) (*telemetry, error) {
@@ -69,6 +70,8 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	}
 	var e error
 	t.fetched, e = m.Int64Counter("keyhook.records.fetched", metric.WithDescription("Records read from Kafka."), metric.WithUnit("{record}"))
+	must(e)
+	t.notOwned, e = m.Int64Counter("keyhook.records.not_owned", metric.WithDescription("Records read from a shared partition that another node delivers (their key hash is in its range): the read amplification of key-range sharing."), metric.WithUnit("{record}"))
 	must(e)
 	t.deliveries, e = m.Int64Counter("keyhook.deliveries", metric.WithDescription("Deliveries that ended, by outcome: delivered, dead_lettered, aborted."), metric.WithUnit("{delivery}"))
 	must(e)
@@ -189,6 +192,8 @@ func newTelemetry(n *Node) (*telemetry, error) {
 		})
 	partitionGauge("keyhook.pending", "Fetched records not yet acked.", "{record}",
 		func(w *worker) (int64, bool) { return w.pub.pending.Load(), true })
+	partitionGauge("keyhook.partition.key_hashes", "Key hashes of the partition (of 65536) this node delivers: all of them unless the partition is shared by key range.", "{hash}",
+		func(w *worker) (int64, bool) { return int64(w.ranges().Len()), true })
 	return t, err
 }
 

@@ -10,8 +10,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keyhook/keyhook/internal/backoff"
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
@@ -61,13 +63,19 @@ type worker struct {
 	// the claim drops tracking state of another ID (a deleted topic).
 	topicID string
 
-	mu      sync.Mutex
-	inbox   [][]*kgo.Record
-	results []result
-	flushes []flushResult
-	claims  []claimResult
-	wake    chan struct{}
-	ctrl    chan func()
+	mu       sync.Mutex
+	inbox    [][]*kgo.Record
+	results  []result
+	flushes  []flushResult
+	claims   []claimResult
+	releases []releaseResult
+	wake     chan struct{}
+	ctrl     chan func()
+
+	// target, when set, is a narrower set of key ranges the group's
+	// balancer assigned: the loop drains the rest, writes its state,
+	// releases them and shrinks (reshape).
+	target atomic.Pointer[keyrange.Set]
 
 	// retired is set when the group hands the partition over: the final
 	// state is written by the handover, no longer by the flusher.
@@ -102,7 +110,17 @@ type worker struct {
 	done      chan struct{}
 
 	// Loop-owned state.
-	m       *partition.Machine[*kgo.Record]
+	m *partition.Machine[*kgo.Record]
+	// assigned are the key ranges the partition was assigned with (nil:
+	// all); the first claim is of them, or of target if narrower.
+	assigned keyrange.Set
+	// releasing: a release of drained ranges is in flight; releaseAfter
+	// paces the next try after a failed one.
+	releasing    bool
+	releaseAfter time.Time
+	// foreign is the machine's count of records of other sharers as last
+	// reported to the metrics.
+	foreign int64
 	epoch   int64
 	paused  bool      // the fetch is paused in the client
 	offer   []*record // the batch offered to the pool
@@ -121,8 +139,15 @@ type worker struct {
 
 // claimResult is what a claim in flight hands back to the loop.
 type claimResult struct {
-	c   tracking.Claim
-	err error
+	c      tracking.Claim
+	ranges keyrange.Set
+	err    error
+}
+
+// releaseResult is what a release of drained ranges hands back.
+type releaseResult struct {
+	flush flushResult
+	err   error
 }
 
 // published mirrors the machine's positions for other goroutines.
@@ -132,6 +157,10 @@ type published struct {
 	pending   atomic.Int64
 	// commitable is the offset the committer may commit, -1 none.
 	commitable atomic.Int64
+	// ranges are the key ranges the node delivers, nil before the claim.
+	ranges atomic.Pointer[keyrange.Set]
+	// notOwned counts the records read that other sharers deliver.
+	notOwned   atomic.Int64
 	paused     atomic.Bool
 	fenced     atomic.Bool
 	claimed    atomic.Bool
@@ -155,7 +184,7 @@ func partitionConfig(s *subscription.Subscription, maxWindow int64) partition.Co
 	return cfg
 }
 
-func newWorker(g *group, tp topicPartition, gen int32) *worker {
+func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *worker {
 	m, err := partition.New[*kgo.Record](g.partition)
 	if err != nil {
 		panic("dispatcher: partition config validated by newGroup: " + err.Error())
@@ -168,6 +197,11 @@ func newWorker(g *group, tp topicPartition, gen int32) *worker {
 		ctrl:  make(chan func()),
 		done:  make(chan struct{}),
 		m:     m,
+		// A whole partition is nil, as the machine wants it.
+		assigned: ranges,
+	}
+	if ranges.IsFull() {
+		w.assigned = nil
 	}
 	w.committed.Store(-1)
 	w.highWatermark.Store(-1)
@@ -284,6 +318,7 @@ func (w *worker) run() {
 			w.processResults()
 			w.processTracking()
 			w.processInbox()
+			w.reshape()
 		case send <- head:
 			_ = w.m.Dispatch(head.rec) // head is what Peek returned
 		case sendRedrive <- redrive:
@@ -300,6 +335,7 @@ func (w *worker) run() {
 			// Records that waited for room in the node's budget try again.
 			w.m.Refill()
 			w.flush()
+			w.reshape()
 		}
 		w.publish()
 	}
@@ -317,18 +353,52 @@ func (w *worker) claim() {
 	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
 		w.gen = gen
 	}
-	gen, topicID := w.gen, w.topicID
+	gen, topicID, ranges := w.gen, w.topicID, w.claimRanges()
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
 		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
 		defer cancel()
-		c, err := w.g.n.tracker.ClaimTopic(ctx, w.pk, w.g.n.cfg.NodeID, gen, topicID)
+		c, err := w.g.n.tracker.ClaimRanges(ctx, w.pk, w.g.n.cfg.NodeID, gen, topicID, ranges)
 		w.mu.Lock()
-		w.claims = append(w.claims, claimResult{c: c, err: err})
+		w.claims = append(w.claims, claimResult{c: c, ranges: ranges, err: err})
 		w.mu.Unlock()
 		w.signal()
 	}()
+}
+
+// claimRanges is what a claim asks for: the ranges held once claimed;
+// before, those assigned, or a narrower target that came since (nothing
+// to drain yet). nil is the whole partition.
+func (w *worker) claimRanges() keyrange.Set {
+	if w.m.Claimed() {
+		if !w.m.Shared() {
+			return nil
+		}
+		return w.m.Ranges()
+	}
+	if t := w.target.Load(); t != nil {
+		if t.IsFull() {
+			return nil
+		}
+		return *t
+	}
+	return w.assigned
+}
+
+// ranges returns the key ranges the node delivers as last published.
+func (w *worker) ranges() keyrange.Set {
+	if r := w.pub.ranges.Load(); r != nil {
+		return *r
+	}
+	return nil
+}
+
+// commits reports whether this node commits the partition to Kafka: the
+// owner of the hash 0, so that a shared partition has one committer.
+func (w *worker) commits() bool {
+	r := w.pub.ranges.Load()
+	return r != nil && r.Contains(0)
 }
 
 // claimed applies the result of a claim.
@@ -363,8 +433,19 @@ func (w *worker) claimed(r claimResult) {
 		w.g.countStartReset(w.tp, resetStaleTracking)
 	}
 	w.epoch = r.c.Epoch
-	w.m.Claim(r.c.Acked)
-	w.log.Info("partition claimed", "epoch", r.c.Epoch, "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
+	var floors []partition.Floor
+	for _, f := range r.c.Floors {
+		if f.Watermark > 0 {
+			floors = append(floors, partition.Floor{Range: f.Range, Below: f.Watermark})
+		}
+	}
+	w.m.ClaimRanges(r.c.Acked, r.ranges, floors)
+	w.publishRanges()
+	if w.m.Shared() {
+		w.log.Info("partition claimed", "epoch", r.c.Epoch, "ranges", w.m.Ranges().String(), "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
+	} else {
+		w.log.Info("partition claimed", "epoch", r.c.Epoch, "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
+	}
 	w.processInbox()
 }
 
@@ -386,6 +467,11 @@ func (w *worker) processInbox() {
 			}
 		}
 		w.m.Offer(recs)
+	}
+	if f := w.m.Foreign(); f > w.foreign {
+		w.g.tel.notOwned.Add(context.Background(), f-w.foreign, metric.WithAttributeSet(w.attrs))
+		w.foreign = f
+		w.pub.notOwned.Store(f)
 	}
 }
 
@@ -427,14 +513,17 @@ func (w *worker) pushFlushed(r flushResult) {
 // processTracking applies what the tracker answered: claims and flushes.
 func (w *worker) processTracking() {
 	w.mu.Lock()
-	cs, fs := w.claims, w.flushes
-	w.claims, w.flushes = nil, nil
+	cs, fs, rs := w.claims, w.flushes, w.releases
+	w.claims, w.flushes, w.releases = nil, nil, nil
 	w.mu.Unlock()
 	for _, r := range cs {
 		w.claimed(r)
 	}
 	for _, r := range fs {
 		w.flushed(r)
+	}
+	for _, r := range rs {
+		w.released(r)
 	}
 }
 
@@ -474,7 +563,7 @@ func (w *worker) applyPause() {
 // skips the tick and stays dirty: what it hands over next is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
-	if w.flushing || w.claiming || w.retired.Load() || !w.m.Dirty() {
+	if w.flushing || w.claiming || w.releasing || w.retired.Load() || !w.m.Dirty() {
 		return
 	}
 	w.flushing = true
@@ -488,6 +577,7 @@ func (w *worker) flushReq() flushReq {
 	s := w.m.Snapshot()
 	f := tracking.Flush{
 		Epoch:     w.epoch,
+		Ranges:    s.Ranges,
 		Acked:     s.Acked.Clone(),
 		Watermark: s.Watermark,
 		Fetched:   s.Next,
@@ -504,10 +594,7 @@ func (w *worker) flushReq() flushReq {
 // flushed applies the outcome of a flush.
 func (w *worker) flushed(r flushResult) {
 	w.flushing = false
-	if w.flushWait != nil {
-		close(w.flushWait)
-		w.flushWait = nil
-	}
+	w.wakeHandover()
 	if w.m.Fenced() {
 		return
 	}
@@ -515,8 +602,13 @@ func (w *worker) flushed(r flushResult) {
 	case errors.Is(err, errRetired):
 	case err == nil:
 		// What lets the committer move: the commit never passes what the
-		// tracker holds.
-		w.m.Flushed(r.snap)
+		// tracker holds, over every sharer.
+		w.m.FlushedMerged(r.snap, r.merged)
+		// Another sharer may be the one committing: its commits come
+		// back through the tracker.
+		if r.committed > w.committed.Load() {
+			w.committedTo(r.committed)
+		}
 	case errors.Is(err, tracking.ErrStateLost):
 		// Redis lost the state (restart without persistence): claim again;
 		// the next tick writes what this node knows. Its acks are true, so
@@ -531,6 +623,104 @@ func (w *worker) flushed(r flushResult) {
 		w.claim()
 	default:
 		w.log.Warn("flush failed; will retry", "err", err)
+	}
+}
+
+// wakeHandover lets a handover waiting for the tracker go on.
+func (w *worker) wakeHandover() {
+	if w.flushWait != nil {
+		close(w.flushWait)
+		w.flushWait = nil
+	}
+}
+
+// publishRanges publishes the ranges the machine delivers.
+func (w *worker) publishRanges() {
+	r := w.m.Ranges()
+	w.pub.ranges.Store(&r)
+}
+
+// setTarget hands the worker the ranges the group's balancer now assigns
+// it; nil or the whole space is all of them. It never blocks.
+func (w *worker) setTarget(rs keyrange.Set) {
+	if rs == nil {
+		rs = keyrange.Full()
+	}
+	w.target.Store(&rs)
+	w.signal()
+}
+
+// reshape gives up the ranges the balancer took away (an in-place shrink;
+// the balancer never grows a partition in place): their keys are frozen
+// (no new dispatch), and once none of their records is in flight, the
+// state is written and the ranges released in the tracker, in that order,
+// so the next owner starts from every ack. Only then does the machine let
+// their records go, and the group tell the balancer, whose next
+// generation hands the ranges to their new owner.
+func (w *worker) reshape() {
+	tp := w.target.Load()
+	if tp == nil || w.releasing || !w.m.Claimed() || w.m.Fenced() || w.m.Stopped() || w.retired.Load() {
+		return
+	}
+	keep := tp.Intersect(w.m.Ranges())
+	if keep.Equal(w.m.Ranges()) {
+		w.m.Freeze(keep) // takes back an earlier, narrower freeze
+		return
+	}
+	w.m.Freeze(keep)
+	if w.m.Draining() > 0 || w.flushing || w.claiming || time.Now().Before(w.releaseAfter) {
+		return
+	}
+	w.releasing = true
+	req := w.flushReq()
+	give := w.m.Ranges().Minus(keep)
+	epoch := w.epoch
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		ctx, cancel := context.WithTimeout(w.ctx, flushTimeout)
+		defer cancel()
+		res := w.g.n.tracker.FlushRanges(ctx, []tracking.PartitionFlush{{Key: w.pk, Flush: req.f}})[0]
+		err := res.Err
+		if err == nil {
+			err = w.g.n.tracker.ReleaseRanges(ctx, w.pk, epoch, give)
+		}
+		w.mu.Lock()
+		w.releases = append(w.releases, releaseResult{flush: req.result(res), err: err})
+		w.mu.Unlock()
+		w.signal()
+	}()
+}
+
+// released applies the outcome of a release of drained ranges.
+func (w *worker) released(r releaseResult) {
+	w.releasing = false
+	w.wakeHandover()
+	if w.m.Fenced() {
+		return
+	}
+	switch err := r.err; {
+	case err == nil:
+		w.m.FlushedMerged(r.flush.snap, r.flush.merged)
+		given := w.m.Ranges()
+		dropped, err := w.m.Shrink()
+		if err != nil {
+			// Nothing dispatches a frozen range, so none can be in flight.
+			w.log.Error("released ranges still in flight", "err", err)
+			return
+		}
+		if w.g.redriver != nil {
+			w.g.redriver.forget(dropped)
+		}
+		w.publishRanges()
+		w.log.Info("key ranges released", "released", given.Minus(w.m.Ranges()).String(), "keeping", w.m.Ranges().String())
+		w.g.rangesReleased(w.tp, w.m.Ranges())
+	case errors.Is(err, tracking.ErrStateLost), errors.Is(err, tracking.ErrFenced):
+		// As for a flush: claim again; a newer owner refuses it.
+		w.claim()
+	default:
+		w.releaseAfter = time.Now().Add(time.Second)
+		w.log.Warn("releasing key ranges failed; will retry", "err", err)
 	}
 }
 
@@ -549,9 +739,10 @@ func (w *worker) becomeFenced(err error) {
 }
 
 // commitCandidate returns the offset to commit, if it is ahead of the last
-// commit: the machine's candidate as the loop last published it.
+// commit: the machine's candidate as the loop last published it. Only the
+// committing sharer has one.
 func (w *worker) commitCandidate() (int64, bool) {
-	if w.pub.fenced.Load() {
+	if w.pub.fenced.Load() || !w.commits() {
 		return 0, false
 	}
 	c := w.pub.commitable.Load()
@@ -631,7 +822,7 @@ func (w *worker) handover(ctx context.Context) (req flushReq, ok bool) {
 		w.m.Stop()
 		w.processResults()
 		w.processTracking()
-		if w.flushing {
+		if w.flushing || w.releasing {
 			w.flushWait = make(chan struct{})
 			sent = w.flushWait
 		}
@@ -646,6 +837,7 @@ func (w *worker) handover(ctx context.Context) (req flushReq, ok bool) {
 	}
 	w.do(func() {
 		w.processResults()
+		w.processTracking()
 		w.m.SetCommitted(w.committed.Load())
 		w.m.Touch()
 		if w.m.Dirty() {
@@ -662,7 +854,7 @@ func (w *worker) handedOver(r flushResult) (rel tracking.PartitionRelease, ok bo
 	w.do(func() {
 		switch err := r.err; {
 		case err == nil:
-			w.m.Flushed(r.snap)
+			w.m.FlushedMerged(r.snap, r.merged)
 		case errors.Is(err, tracking.ErrFenced):
 			w.becomeFenced(err)
 		default:
@@ -687,5 +879,7 @@ func (w *worker) stats() PartitionStats {
 		Paused:    w.pub.paused.Load(),
 		Pending:   w.pub.pending.Load(),
 		Claimed:   w.pub.claimed.Load() && !w.pub.fenced.Load(),
+		Ranges:    w.ranges(),
+		NotOwned:  w.pub.notOwned.Load(),
 	}
 }

@@ -34,6 +34,9 @@ type Ownership struct {
 	// Claimed is false while the partition is assigned to the node but its
 	// claim in the tracking state is refused or failing.
 	Claimed bool `json:"claimed"`
+	// Ranges are the key hashes of a shared partition the node delivers
+	// ("lo-hi,…", hi exclusive, of 0–65536); "" for the whole partition.
+	Ranges string `json:"ranges,omitempty"`
 }
 
 // Info is what a node says of itself.

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/keyhook/keyhook/delivery"
-	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/keyrange"
+	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )

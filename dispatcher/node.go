@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/keyhook/keyhook/internal/backoff"
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
 	"github.com/keyhook/keyhook/subscription"
-	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )

@@ -160,10 +160,10 @@ type published struct {
 	// ranges are the key ranges the node delivers, nil before the claim.
 	ranges atomic.Pointer[keyrange.Set]
 	// notOwned counts the records read that other sharers deliver.
-	notOwned   atomic.Int64
-	paused     atomic.Bool
-	fenced     atomic.Bool
-	claimed    atomic.Bool
+	notOwned atomic.Int64
+	paused   atomic.Bool
+	fenced   atomic.Bool
+	claimed  atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.

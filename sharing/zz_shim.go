@@ -12,8 +12,8 @@ type Config struct {
 }
 type Balancer struct{ kgo.GroupBalancer }
 
-func New(cfg Config) (*Balancer, error)                                  { return &Balancer{kgo.CooperativeStickyBalancer()}, nil }
-func (b *Balancer) Assigned(topic string, partition int32) keyrange.Set { return nil }
+func New(cfg Config) (*Balancer, error)                                       { return &Balancer{kgo.CooperativeStickyBalancer()}, nil }
+func (b *Balancer) Assigned(topic string, partition int32) keyrange.Set       { return nil }
 func (b *Balancer) Released(topic string, partition int32, keep keyrange.Set) {}
 
 func (b *Balancer) ProtocolName() string { return "keyhook-sharing-v1" }

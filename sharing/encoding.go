@@ -148,7 +148,9 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	// A longer form than needed ends in a zero byte; accepting it would
+	// give one assignment two encodings.
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) {
 		d.fail("bad or truncated number")
 		return 0
 	}

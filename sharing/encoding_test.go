@@ -55,7 +55,7 @@ func TestDecodeRangesRejectsWhatItDoesNotWrite(t *testing.T) {
 		"partition over int32":  binary.AppendUvarint(append(topic(uv(1, 1), "t"), 1), 1<<31),
 		"partition w/o ranges":  append(append(topic(uv(1, 1), "t"), 1), 0, 0),
 		"empty range":           append(append(topic(uv(1, 1), "t"), 1), 0, 1, 5, 5),
-		"range beyond space":    append(binary.AppendUvarint(append(append(topic(uv(1, 1), "t"), 1), 0, 1, 0), 65537)),
+		"range beyond space":    binary.AppendUvarint(append(append(topic(uv(1, 1), "t"), 1), 0, 1, 0), 65537),
 		"touching ranges":       append(append(topic(uv(1, 1), "t"), 1), 0, 2, 0, 5, 5, 9),
 		"unsorted ranges":       append(append(topic(uv(1, 1), "t"), 1), 0, 2, 6, 9, 0, 5),
 		"repeated partition":    append(append(topic(uv(1, 1), "t"), 2), 0, 1, 0, 5, 0, 1, 0, 5),

@@ -104,22 +104,26 @@ func (b *Balancer) Released(topic string, partition int32, keep keyrange.Set) {
 // member still owns; partitions franz-go revoked are absent and not
 // reported.
 func (b *Balancer) JoinGroupMetadata(topics []string, currentAssignment map[string][]int32, generation int32) []byte {
-	owned := Assignment{}
+	report, kept := Assignment{}, Assignment{}
 	b.mu.Lock()
 	for t, ps := range currentAssignment {
 		for _, p := range ps {
 			s := b.owned.Get(t, p)
+			kept.set(t, p, s)
 			if s.IsEmpty() {
 				// franz-go holds a partition we have no ranges of
 				// (it cannot come from our syncs): claim all of it,
 				// so that nobody else is given what we may consume.
 				s = keyrange.Full()
 			}
-			owned.set(t, p, slices.Clone(s))
+			report.set(t, p, slices.Clone(s))
 		}
 	}
+	// What franz-go no longer holds it revoked (and we drained) or lost:
+	// a later sync giving the partition back must not add it again.
+	b.owned = kept
 	b.mu.Unlock()
-	return encodeMetadata(topics, owned, generation)
+	return encodeMetadata(topics, report, generation)
 }
 
 // ParseSyncAssignment implements kgo.GroupBalancer: it records the new

@@ -102,6 +102,19 @@ func TestBalancerReportsOnlyPartitionsFranzGoHolds(t *testing.T) {
 	}
 }
 
+func TestBalancerForgetsPartitionsFranzGoNoLongerHolds(t *testing.T) {
+	b := newBalancer(t, Config{Sharing: true})
+	syncTo(t, b, asg(t, "t/0=0-65536"))
+	// The session was lost: franz-go rejoins holding nothing.
+	if got := owned(t, b, nil); len(got) != 0 {
+		t.Errorf("owned after a lost session = %v, want nothing", got)
+	}
+	current := syncTo(t, b, asg(t, "t/0=0-10"))
+	if diff := cmp.Diff(asg(t, "t/0=0-10"), owned(t, b, current)); diff != "" {
+		t.Errorf("owned (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseSyncAssignmentRejectsMalformed(t *testing.T) {
 	b := newBalancer(t, Config{OnSync: func(Assignment) { t.Error("OnSync called for a malformed assignment") }})
 	asgn := kmsg.NewConsumerMemberAssignment()

@@ -52,15 +52,19 @@
 //  3. Convergence and stability. A group whose members own exactly what
 //     they were given plans the same again: no rebalance loop. Adding one
 //     member to a settled group of N ≥ P members only shrinks existing
-//     members (sizes of Split(N+1) are never larger than those of
-//     Split(N) while N < 256): they shrink in place in the first
+//     members (the sizes of Split(N+1), largest first, are never larger
+//     than those of Split(N)): they shrink in place in the first
 //     generation, and the newcomer gets the freed hashes — possibly
 //     several ranges — in the next one, once they are released. Nobody
-//     restarts. Removing a member gives its ranges to the others; a
+//     restarts. (With Split's own boundaries N−2 members would restart:
+//     every boundary of Split(N+1) but the first and last falls inside
+//     a range of Split(N).) Removing a member gives its ranges to the
+//     others; a
 //     member whose share grows cannot grow in place (its fetch position
 //     is past the hashes it gains), so it restarts: it gets nothing of
 //     the partition for one generation and its new ranges in the next.
-//     Every change settles within three generations.
+//     A change of membership thus settles in two generations: one to
+//     shrink or revoke, one to hand out what was freed.
 //
 //  4. Members that left the group own nothing: their ranges are free at
 //     once. A zombie still delivering them is fenced by the range claims

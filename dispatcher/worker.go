@@ -577,7 +577,7 @@ func (w *worker) applyPause() {
 // skips the tick and stays dirty: what it hands over next is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
-	if w.flushing || w.claiming || w.releasing || w.retired.Load() || !w.m.Dirty() {
+	if w.flushing || w.claiming || w.releasing || w.retired.Load() || !w.m.Dirty() && !w.m.Behind() {
 		return
 	}
 	w.flushing = true

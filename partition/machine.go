@@ -980,6 +980,13 @@ func (m *Machine[P]) FlushedMerged(s Snapshot, merged int64) {
 	}
 }
 
+// Behind reports whether a shared partition's merged watermark, as last
+// flushed, trails this node's own: other sharers have not caught up, so
+// flushing again (even with nothing new) learns when they do.
+func (m *Machine[P]) Behind() bool {
+	return m.ranges != nil && m.claimed && !m.fenced && m.flushed < m.watermark
+}
+
 // CommitCandidate returns the offset to commit to Kafka, if it is ahead of
 // the last commit. It is the watermark of the last successful flush, never
 // the live one: the Kafka commit is never ahead of the tracking state, so

@@ -12,10 +12,11 @@ import (
 )
 
 // Nodes beyond the partition count share it by key range: one partition,
-// a node delivering alone, two more joining under load. The partition is
-// split three ways, each node delivers its keys, every record arrives once
-// in per-key order (a key never has two records in flight, whichever nodes
-// sent them), and the merged watermark is committed to the log end.
+// a node delivering alone, two more joining under load, then one leaving
+// (graceful). The partition is split three ways, then two; each node
+// delivers its keys, every record arrives once in per-key order (a key
+// never has two records in flight, whichever nodes sent them), and the
+// merged watermark is committed to the log end.
 func TestNodesBeyondThePartitionCountShareItByKeyRange(t *testing.T) {
 	testutil.KafkaTiers(t, 1, []string{"shared"}, func(t *testing.T, brokers []string) {
 		topic := "shared"
@@ -26,7 +27,7 @@ func TestNodesBeyondThePartitionCountShareItByKeyRange(t *testing.T) {
 		rdb := testutil.StartRedis(t).Client()
 		sink := testutil.StartSink(t)
 		sink.Latency = func(*testutil.Delivery) time.Duration { return 10 * time.Millisecond }
-		const n, keys = 6000, 300
+		const n, keys = 20000, 300
 		keyOf := func(i int) string { return fmt.Sprintf("key-%d", i%keys) }
 		ends := produce(t, brokers, topic, n, keyOf, func(int) int32 { return 0 })
 
@@ -37,21 +38,9 @@ func TestNodesBeyondThePartitionCountShareItByKeyRange(t *testing.T) {
 			nodes = append(nodes, startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil))
 		}
 		// The three split the partition while records flow.
-		var ranges []keyrange.Set
-		waitFor(t, 60*time.Second, "three nodes own disjoint ranges covering the partition", func() bool {
-			ranges = ranges[:0]
-			var all keyrange.Set
-			for _, h := range nodes {
-				rs := ownedRanges(h.node)
-				if rs == nil || rs.IsFull() || all.Overlaps(rs) {
-					return false
-				}
-				ranges = append(ranges, rs)
-				all = all.Union(rs)
-			}
-			return all.IsFull()
-		})
-		t.Logf("ranges: %v", ranges)
+		t.Logf("three nodes: %v (%d acked)", waitShared(t, nodes), sink.AckedCount())
+		nodes[2].stop(t)
+		t.Logf("two nodes: %v (%d acked)", waitShared(t, nodes[:2]), sink.AckedCount())
 		sink.WaitAcked(t, n, 3*time.Minute)
 		testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), ends, 60*time.Second)
 
@@ -70,6 +59,27 @@ func TestNodesBeyondThePartitionCountShareItByKeyRange(t *testing.T) {
 			t.Errorf("%d records never delivered, first %d", len(m), m[0])
 		}
 	})
+}
+
+// waitShared waits until nodes own disjoint ranges covering the
+// partition, and returns them.
+func waitShared(t *testing.T, nodes []*nodeHandle) []keyrange.Set {
+	t.Helper()
+	var ranges []keyrange.Set
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d nodes own disjoint ranges covering the partition", len(nodes)), func() bool {
+		ranges = ranges[:0]
+		var all keyrange.Set
+		for _, h := range nodes {
+			rs := ownedRanges(h.node)
+			if rs == nil || (len(nodes) > 1 && rs.IsFull()) || all.Overlaps(rs) {
+				return false
+			}
+			ranges = append(ranges, rs)
+			all = all.Union(rs)
+		}
+		return all.IsFull()
+	})
+	return ranges
 }
 
 // ownedRanges returns the key ranges a node delivers of the only

@@ -166,9 +166,9 @@ type Machine[P any] struct {
 	// shared (see ranges).
 	done *offsets.Set
 	// ranges are the key hashes this node delivers, nil for all of them
-	// (empty, not nil, for none);
-	// frozen are those it is giving up (drained, not dispatched); floors
-	// are what the previous owners had delivered, per range.
+	// (empty, not nil, for none); frozen are those it is giving up
+	// (drained, not dispatched); floors are what the previous owners had
+	// delivered, per range.
 	ranges, frozen keyrange.Set
 	floors         []Floor
 	// foreign counts records read that another sharer owns.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keyhook/keyhook/keyrange"
 	"strconv"
 	"sync"
 	"time"
@@ -128,7 +127,6 @@ type Claim struct {
 	// PrevOwner is the node that owned the partition, "" if it released
 	// it gracefully or nobody ever did.
 	PrevOwner string
-	Floors    []Floor
 	// DiscardedTopicID is the topic ID of the offsets the claim dropped
 	// because they belonged to an earlier topic of the same name; "" when
 	// nothing was dropped.
@@ -217,7 +215,6 @@ type Flush struct {
 	// Oldest is when the oldest pending record was dispatched; zero if
 	// none is pending.
 	Oldest time.Time
-	Ranges keyrange.Set
 }
 
 // Flush writes f as pk's state in one round trip, iff f.Epoch is still the

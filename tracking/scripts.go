@@ -451,8 +451,16 @@ return {"ok", merged, committed}
 // releaseCmd gives up ranges of a claim after its owner drained them,
 // iff the claim still holds exactly the ranges it declares and holds every
 // hash to release. The released pieces keep their watermarks and the
-// claim (its acked set) for the next owner; the claim's declared ranges
-// shrink. The epoch stays, so the next claim still moves it forward.
+// claim's acked set for the next owner; the claim's declared ranges
+// shrink.
+//
+// Releasing every range marks the claim's pieces released and keeps the
+// claim, which will not change any more. Releasing some ranges moves them
+// to a released claim of a new epoch holding a copy of the claim's acked
+// set: the claim goes on acking and trimming its set below its own
+// watermark, which no longer covers the released ranges, and the offsets
+// it acked in them must stay for their next owner. A claim left with no
+// piece is deleted, as any claim no piece refers to.
 //
 // Input:
 // KEYS[1] -> the partition's tracking HASH (keyspace.Partition)
@@ -486,6 +494,8 @@ local ps = parsepieces(h[2])
 if held(ps, e) ~= h[4] then
 	return {"fenced", h[1]}
 end
+local now, nowus = servertime()
+local stamp = string.format("%d", now)
 if ARGV[2] == "*" then
 	for _, p in ipairs(ps) do
 		if p.e == e then
@@ -497,9 +507,10 @@ else
 	for _, r in ipairs(rs) do
 		want = want + r.hi - r.lo
 	end
+	local snap = string.format("%d", math.max(tonumber(h[1]) + 1, nowus))
 	ps = split(ps, rs, function(p)
 		if p.e == e and not p.rel then
-			p.rel = true
+			p.e, p.rel = snap, true
 			got = got + p.hi - p.lo
 		end
 		return p
@@ -507,11 +518,26 @@ else
 	if got ~= want then
 		return {"fenced", h[1]}
 	end
+	if got > 0 then
+		local c = redis.call("HMGET", KEYS[1], cf(e, F.owner), cf(e, F.gen), cf(e, F.acked), cf(e, F.fetched), cf(e, F.claimed))
+		redis.call("HSET", KEYS[1],
+			F.epoch, snap,
+			cf(snap, F.owner), c[1] or "",
+			cf(snap, F.gen), c[2] or "0",
+			cf(snap, F.ranges), "",
+			cf(snap, F.acked), c[3] or "",
+			cf(snap, F.fetched), c[4] or "0",
+			cf(snap, F.claimed), c[5] or stamp,
+			cf(snap, F.updated), stamp)
+	end
 end
-local now = servertime()
-redis.call("HSET", KEYS[1],
-	F.pieces, encodepieces(ps),
-	cf(e, F.ranges), held(ps, e),
-	cf(e, F.updated), string.format("%d", now))
+redis.call("HSET", KEYS[1], F.pieces, encodepieces(ps))
+for _, p in ipairs(ps) do
+	if p.e == e then
+		redis.call("HSET", KEYS[1], cf(e, F.ranges), held(ps, e), cf(e, F.updated), stamp)
+		return {"ok"}
+	end
+end
+redis.call("HDEL", KEYS[1], unpack(claimfields(e, CLAIM)))
 return {"ok"}
 `

@@ -197,15 +197,18 @@ func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
 		if c.updated.After(st.Updated) {
 			st.Updated = c.updated
 		}
-		if e > newest {
-			newest = e
-			st.Generation, st.Claimed = c.gen, c.claimed
-		}
 	}
 	live := make(map[int64]bool)
 	for _, p := range ps {
 		if p.epoch != 0 && !p.released {
 			live[p.epoch] = true
+		}
+	}
+	// The newest claim is the newest live one, or else the newest stored.
+	for e, c := range claims {
+		if (live[e] && !live[newest]) || (live[e] == live[newest] && e > newest) {
+			newest = e
+			st.Generation, st.Claimed = c.gen, c.claimed
 		}
 	}
 	for e := range live {

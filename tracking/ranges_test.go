@@ -2,6 +2,7 @@ package tracking
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -438,4 +439,63 @@ func TestClaimRangesRefusesInvalidRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	flushOne(t, s, pkA, Flush{Epoch: c.Epoch, Ranges: keyrange.Set{{Lo: 0, Hi: 200}}, Committed: -1})
+}
+
+// A recreated topic's claim drops the offsets of every sharer and every
+// piece, not only of those it takes.
+func TestClaimOfAnotherTopicIDDropsEverySharersOffsets(t *testing.T) {
+	ctx := context.Background()
+	s, _, _ := newStore(t, Config{})
+	a, err := s.ClaimRanges(ctx, pkA, "node-a", 1, "id-1", lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ClaimRanges(ctx, pkA, "node-b", 1, "id-1", upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flushOne(t, s, pkA, Flush{Epoch: a.Epoch, Ranges: lower, Acked: setOf(offsets.Range{Start: 20, End: 25}), Watermark: 10, Fetched: 25, Committed: 9})
+	flushOne(t, s, pkA, Flush{Epoch: b.Epoch, Ranges: upper, Acked: setOf(offsets.Range{Start: 30, End: 31}), Watermark: 12, Fetched: 31, Committed: 9})
+
+	c, err := s.ClaimRanges(ctx, pkA, "node-c", 2, "id-2", topQuad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DiscardedTopicID != "id-1" || c.Acked.Len() != 0 || c.Committed != -1 {
+		t.Errorf("claim = %+v; want id-1 discarded, nothing acked, committed -1", c)
+	}
+	if diff := cmp.Diff([]Floor{{Range: topQuad[0], Watermark: -1}}, c.Floors); diff != "" {
+		t.Errorf("floors (-want +got):\n%s", diff)
+	}
+	st := load(t, s, pkA)
+	if st.Watermark != -1 || st.Acked.Len() != 0 || st.Fetched != 0 || st.Committed != -1 || st.TopicID != "id-2" {
+		t.Errorf("state after the discarding claim = %+v; want no offsets left, topic id-2", st)
+	}
+	wms, owners := pieces(t, s, pkA)
+	if diff := cmp.Diff([]string{"0-32768:-1", "32768-49152:-1", "49152-65536:-1"}, wms); diff != "" {
+		t.Errorf("pieces (-want +got):\n%s", diff)
+	}
+	if !cmp.Equal(owners, []string{"node-a", "node-b", "node-c"}) {
+		t.Errorf("owners = %q; want node-a, node-b, node-c", owners)
+	}
+}
+
+func TestRangeStateJSONShape(t *testing.T) {
+	r := RangeState{Lo: 0, Hi: 32768, Owner: "node-a", Epoch: 7, Generation: 2, Watermark: -1, Fetched: 5, Pending: 1, InFlight: 1, Keys: 1,
+		Updated: time.UnixMilli(1_700_000_000_000).UTC()}
+	b, err := json.Marshal(PartitionState{Committed: -1, AckedRanges: []offsets.Range{}, Ranges: []RangeState{r}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Ranges []map[string]any `json:"ranges"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]any{{"lo": 0.0, "hi": 32768.0, "owner": "node-a", "epoch": 7.0, "generation": 2.0, "watermark": -1.0,
+		"fetched": 5.0, "pending": 1.0, "in_flight": 1.0, "keys": 1.0, "updated": "2023-11-14T22:13:20Z"}}
+	if diff := cmp.Diff(want, got.Ranges); diff != "" {
+		t.Errorf("JSON ranges (-want +got):\n%s", diff)
+	}
 }

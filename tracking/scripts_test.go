@@ -65,3 +65,17 @@ func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 		t.Errorf("Load = %+v; want what the scripts wrote", p)
 	}
 }
+
+// The flush of every partition with one sharer runs each tick: it must
+// read a handful of fields with one HMGET, never a whole HASH nor another
+// claim's acked set.
+func TestFlushScriptReadsOnlyTheFieldsItNeeds(t *testing.T) {
+	for _, read := range []string{"HGETALL", "HVALS", "HKEYS", "HSCAN", `"HGET"`, "cf(p.e", "F.claim"} {
+		if strings.Contains(flushLua, read) {
+			t.Errorf("flush script contains %s; want one HMGET of the partition's fields and its own claim's", read)
+		}
+	}
+	if n := strings.Count(flushLua, `"HMGET"`); n != 2 {
+		t.Errorf("flush script has %d HMGET; want 2 (the second only after upgrading a legacy HASH)", n)
+	}
+}

@@ -499,3 +499,49 @@ func TestRangeStateJSONShape(t *testing.T) {
 		t.Errorf("JSON ranges (-want +got):\n%s", diff)
 	}
 }
+
+// During a rolling upgrade a node still running the old code may claim a
+// partition shared by new ones: its claim writes the old layout's fields
+// at the top of the HASH, which takes the whole space. The sharers are
+// fenced, what they knew stays as the floor, and the next new claim
+// learns what the old node acked.
+func TestOldNodesClaimOverSharedRangesFencesTheSharers(t *testing.T) {
+	ctx := context.Background()
+	s, rdb, _ := newStore(t, Config{})
+	a := mustClaimRanges(t, s, pkA, "node-a", 1, lower)
+	b := mustClaimRanges(t, s, pkA, "node-b", 1, upper)
+	flushOne(t, s, pkA, Flush{Epoch: a.Epoch, Ranges: lower, Watermark: 50, Committed: 40})
+	flushOne(t, s, pkA, Flush{Epoch: b.Epoch, Ranges: upper, Watermark: 80, Committed: 40})
+
+	// What the old claim script writes, then the old flush script.
+	old := b.Epoch + 1
+	now := serverNow(t, rdb).UnixMilli()
+	if err := rdb.HSet(ctx, s.key(pkA), fieldEpoch, old, fieldGen, 2, fieldOwner, "node-old", fieldCommitted, 40,
+		fieldClaimed, now, fieldUpdated, now).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st := load(t, s, pkA); st.Owner != "node-old" || st.Watermark != 50 || len(st.Ranges) != 1 {
+		t.Errorf("after the old claim: %+v; want node-old holding everything from watermark 50", st)
+	}
+	if err := s.Flush(ctx, pkA, Flush{Epoch: a.Epoch, Ranges: lower, Watermark: 60, Committed: 40}); !errors.Is(err, ErrFenced) {
+		t.Errorf("sharer's flush after the old claim = %v; want ErrFenced", err)
+	}
+	if err := rdb.HSet(ctx, s.key(pkA), fieldAcked, setOf(offsets.Range{Start: 70, End: 72}).AppendBinary(nil),
+		fieldWatermark, 60, fieldFetched, 72).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := mustClaimRanges(t, s, pkA, "node-c", 3, nil)
+	if c.Acked.String() != "70-71" || c.PrevOwner != "node-old" || c.Committed != 40 {
+		t.Errorf("claim after the old node = acked %q prev %q committed %d; want 70-71, node-old, 40", c.Acked, c.PrevOwner, c.Committed)
+	}
+	if diff := cmp.Diff([]Floor{{Range: keyrange.Full()[0], Watermark: 60}}, c.Floors); diff != "" {
+		t.Errorf("floors (-want +got):\n%s", diff)
+	}
+	h := stored(t, s, rdb, pkA)
+	for f := range h {
+		if strings.HasPrefix(f, claimPrefix) && !strings.HasPrefix(f, claimField(c.Epoch, "")) {
+			t.Errorf("field %s of a claim nothing refers to is still stored", f)
+		}
+	}
+}

@@ -545,3 +545,21 @@ func TestOldNodesClaimOverSharedRangesFencesTheSharers(t *testing.T) {
 		}
 	}
 }
+
+// An old claim that never flushed has no watermark, only the commit
+// mirror its claim copied: the commit is what is known of every hash.
+func TestLegacyClaimWithoutAWatermarkFloorsAtTheCommit(t *testing.T) {
+	ctx := context.Background()
+	s, rdb, _ := newStore(t, Config{})
+	if err := rdb.HSet(ctx, s.key(pkA), fieldEpoch, 1_700_000_000_000_000, fieldGen, 3, fieldOwner, "node-old",
+		fieldCommitted, 98, fieldClaimed, 1, fieldUpdated, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st := load(t, s, pkA); st.Watermark != 98 {
+		t.Errorf("legacy Load watermark %d; want 98, the commit", st.Watermark)
+	}
+	c := mustClaimRanges(t, s, pkA, "node-new", 4, lower)
+	if diff := cmp.Diff([]Floor{{Range: lower[0], Watermark: 98}}, c.Floors); diff != "" {
+		t.Errorf("floors (-want +got):\n%s", diff)
+	}
+}

@@ -185,11 +185,12 @@ end
 -- acked set kept. An older node's claim over this layout leaves the same
 -- top fields: it claimed the whole space, so it takes every piece (their
 -- claims are deleted, and fenced), and keeps the least of their
--- watermarks, a fact for every hash.
+-- watermarks, a fact for every hash. The commit mirror is one too: a
+-- claim that never flushed has no watermark yet.
 local LEGACY = {F.owner, F.gen, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated}
 local function upgrade(key)
-	local h = redis.call("HMGET", key, F.epoch, F.pieces, F.watermark, unpack(LEGACY))
-	local e, wm = h[1] or "0", tonumber(h[3]) or -1
+	local h = redis.call("HMGET", key, F.epoch, F.pieces, F.watermark, F.committed, unpack(LEGACY))
+	local e, wm = h[1] or "0", math.max(tonumber(h[3]) or -1, tonumber(h[4]) or -1)
 	if h[2] then
 		local floor = nil
 		for _, p in ipairs(parsepieces(h[2])) do
@@ -200,12 +201,12 @@ local function upgrade(key)
 		end
 		wm = math.max(wm, floor or -1)
 	end
-	local released = h[4] == nil or h[4] == ""
+	local released = h[5] == nil or h[5] == ""
 	local set = {}
 	for i, name in ipairs(LEGACY) do
-		if h[3 + i] then
+		if h[4 + i] then
 			set[#set + 1] = cf(e, name)
-			set[#set + 1] = h[3 + i]
+			set[#set + 1] = h[4 + i]
 		end
 	end
 	set[#set + 1] = cf(e, F.ranges)

@@ -167,7 +167,7 @@ func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
 		}
 	}
 	if _, legacy := top[fieldGen]; legacy {
-		wm := d.int(fieldWatermark, -1)
+		wm := max(d.int(fieldWatermark, -1), st.Committed)
 		if _, ok := top[fieldPieces]; ok {
 			wm = max(wm, mergedWatermark(ps))
 		}

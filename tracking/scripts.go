@@ -95,8 +95,14 @@ local function servertime()
 	local t = redis.call("TIME")
 	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local CLAIM = {F.owner, F.gen, F.ranges, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated}
-local OFFSETS = {F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest}
+-- The lists of fields are built on demand: a table built on every run
+-- would cost the hot flush for nothing.
+local function CLAIM()
+	return {F.owner, F.gen, F.ranges, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated}
+end
+local function OFFSETS()
+	return {F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest}
+end
 local function cf(e, name)
 	return F.claim .. e .. ":" .. name
 end
@@ -187,8 +193,8 @@ end
 -- claims are deleted, and fenced), and keeps the least of their
 -- watermarks, a fact for every hash. The commit mirror is one too: a
 -- claim that never flushed has no watermark yet.
-local LEGACY = {F.owner, F.gen, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated}
 local function upgrade(key)
+	local LEGACY = {F.owner, F.gen, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated}
 	local h = redis.call("HMGET", key, F.epoch, F.pieces, F.watermark, F.committed, unpack(LEGACY))
 	local e, wm = h[1] or "0", math.max(tonumber(h[3]) or -1, tonumber(h[4]) or -1)
 	if h[2] then
@@ -196,7 +202,7 @@ local function upgrade(key)
 		for _, p in ipairs(parsepieces(h[2])) do
 			floor = math.min(floor or p.wm, p.wm)
 			if p.e ~= "0" and p.e ~= e then
-				redis.call("HDEL", key, unpack(claimfields(p.e, CLAIM)))
+				redis.call("HDEL", key, unpack(claimfields(p.e, CLAIM())))
 			end
 		end
 		wm = math.max(wm, floor or -1)
@@ -297,7 +303,7 @@ if ARGV[4] ~= "" then
 			p.wm = -1
 			if p.e ~= "0" and not dropped[p.e] then
 				dropped[p.e] = true
-				redis.call("HDEL", KEYS[1], unpack(claimfields(p.e, OFFSETS)))
+				redis.call("HDEL", KEYS[1], unpack(claimfields(p.e, OFFSETS())))
 			end
 		end
 		redis.call("HDEL", KEYS[1], F.committed)
@@ -334,7 +340,7 @@ for _, src in ipairs(sources) do
 		acked[#acked + 1] = a
 	end
 	if not left[src] then
-		redis.call("HDEL", KEYS[1], unpack(claimfields(src, CLAIM)))
+		redis.call("HDEL", KEYS[1], unpack(claimfields(src, CLAIM())))
 	end
 end
 local stamp = string.format("%d", now)
@@ -421,31 +427,44 @@ end
 if not h[2] or h[5] ~= ARGV[2] then
 	return {"fenced", h[1]}
 end
-local ps = parsepieces(h[2])
-if held(ps, e) ~= ARGV[2] then
-	return {"fenced", h[1]}
-end
-local now = servertime()
 local wm, c = tonumber(ARGV[4]), tonumber(ARGV[6])
 local committed = math.max(tonumber(h[4]) or -1, c)
-local merged = nil
-for _, p in ipairs(ps) do
-	if p.e == e and not p.rel then
-		p.wm = math.max(p.wm, wm)
+local pieces, merged
+-- The claim of the whole space, one piece, is every partition with one
+-- sharer: it skips the general parsing.
+local whole = string.match(h[2], "^0:65536:" .. e .. ":0:(%-?%d+)$")
+if whole then
+	if ARGV[2] ~= "0-65536" then
+		return {"fenced", h[1]}
 	end
-	p.wm = math.max(p.wm, c)
-	merged = math.min(merged or p.wm, p.wm)
+	merged = math.max(tonumber(whole), wm, c)
+	pieces = "0:65536:" .. e .. ":0:" .. string.format("%d", merged)
+else
+	local ps = parsepieces(h[2])
+	if held(ps, e) ~= ARGV[2] then
+		return {"fenced", h[1]}
+	end
+	for _, p in ipairs(ps) do
+		if p.e == e and not p.rel then
+			p.wm = math.max(p.wm, wm)
+		end
+		p.wm = math.max(p.wm, c)
+		merged = math.min(merged or p.wm, p.wm)
+	end
+	pieces = encodepieces(ps)
 end
+local now = servertime()
+local pre = F.claim .. e .. ":"
 redis.call("HSET", KEYS[1],
-	F.pieces, encodepieces(ps),
+	F.pieces, pieces,
 	F.committed, string.format("%d", committed),
-	cf(e, F.acked), ARGV[3],
-	cf(e, F.fetched), ARGV[5],
-	cf(e, F.pending), ARGV[7],
-	cf(e, F.inflight), ARGV[8],
-	cf(e, F.oldest), ARGV[9],
-	cf(e, F.keys), ARGV[10],
-	cf(e, F.updated), string.format("%d", now))
+	pre .. F.acked, ARGV[3],
+	pre .. F.fetched, ARGV[5],
+	pre .. F.pending, ARGV[7],
+	pre .. F.inflight, ARGV[8],
+	pre .. F.oldest, ARGV[9],
+	pre .. F.keys, ARGV[10],
+	pre .. F.updated, string.format("%d", now))
 return {"ok", merged, committed}
 `
 
@@ -539,6 +558,6 @@ for _, p in ipairs(ps) do
 		return {"ok"}
 	end
 end
-redis.call("HDEL", KEYS[1], unpack(claimfields(e, CLAIM)))
+redis.call("HDEL", KEYS[1], unpack(claimfields(e, CLAIM())))
 return {"ok"}
 `

@@ -97,10 +97,10 @@ local function servertime()
 end
 -- The lists of fields are built on demand: a table built on every run
 -- would cost the hot flush for nothing.
-local function CLAIM()
+local function claimnames()
 	return {F.owner, F.gen, F.ranges, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated}
 end
-local function OFFSETS()
+local function offsetnames()
 	return {F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest}
 end
 local function cf(e, name)
@@ -202,7 +202,7 @@ local function upgrade(key)
 		for _, p in ipairs(parsepieces(h[2])) do
 			floor = math.min(floor or p.wm, p.wm)
 			if p.e ~= "0" and p.e ~= e then
-				redis.call("HDEL", key, unpack(claimfields(p.e, CLAIM())))
+				redis.call("HDEL", key, unpack(claimfields(p.e, claimnames())))
 			end
 		end
 		wm = math.max(wm, floor or -1)
@@ -238,6 +238,10 @@ end
 // took pieces from answer their acked sets, and the new claim stores the
 // one set when there is only one (a takeover of a whole claim); the
 // caller seeds the union of several (seedCmd).
+//
+// A HASH of the layout before range claims is upgraded first, even when
+// the claim is then refused: that rewrites how the state is stored, not
+// what it says.
 //
 // The new epoch is max(stored epoch + 1, now in µs). Taking the clock
 // into account keeps epochs increasing even after Redis lost the key: a
@@ -303,7 +307,7 @@ if ARGV[4] ~= "" then
 			p.wm = -1
 			if p.e ~= "0" and not dropped[p.e] then
 				dropped[p.e] = true
-				redis.call("HDEL", KEYS[1], unpack(claimfields(p.e, OFFSETS())))
+				redis.call("HDEL", KEYS[1], unpack(claimfields(p.e, offsetnames())))
 			end
 		end
 		redis.call("HDEL", KEYS[1], F.committed)
@@ -340,7 +344,7 @@ for _, src in ipairs(sources) do
 		acked[#acked + 1] = a
 	end
 	if not left[src] then
-		redis.call("HDEL", KEYS[1], unpack(claimfields(src, CLAIM())))
+		redis.call("HDEL", KEYS[1], unpack(claimfields(src, claimnames())))
 	end
 end
 local stamp = string.format("%d", now)
@@ -558,6 +562,6 @@ for _, p in ipairs(ps) do
 		return {"ok"}
 	end
 end
-redis.call("HDEL", KEYS[1], unpack(claimfields(e, CLAIM())))
+redis.call("HDEL", KEYS[1], unpack(claimfields(e, claimnames())))
 return {"ok"}
 `

@@ -79,3 +79,23 @@ func TestFlushScriptReadsOnlyTheFieldsItNeeds(t *testing.T) {
 		t.Errorf("flush script has %d HMGET; want 2 (the second only after upgrading a legacy HASH)", n)
 	}
 }
+
+// A claim nothing refers to is deleted by the list of its fields the
+// scripts keep: it must be the list the decoder reads.
+func TestScriptsDeleteEveryFieldOfAClaim(t *testing.T) {
+	lua := map[string]string{}
+	for _, f := range scriptFields {
+		lua[f[1]] = f[0]
+	}
+	var want []string
+	for _, name := range claimFields {
+		want = append(want, "F."+lua[name])
+	}
+	start := strings.Index(libLua, "local function claimnames()")
+	open := strings.Index(libLua[start:], "{")
+	end := strings.Index(libLua[start:], "}")
+	got := strings.Split(libLua[start+open+1:start+end], ", ")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("claimnames (-claimFields +script):\n%s", diff)
+	}
+}

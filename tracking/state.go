@@ -24,7 +24,8 @@ type PartitionState struct {
 	// Owner is the node whose claim holds the whole hash space; "" after
 	// a graceful release, or while the space is shared.
 	Owner string `json:"owner"`
-	// Epoch is the last epoch issued; every claim raises it.
+	// Epoch is the last epoch issued; every claim, and every release of
+	// some of a claim's ranges, raises it.
 	Epoch int64 `json:"epoch"`
 	// Generation is the Kafka group generation of the newest claim.
 	Generation int32 `json:"generation"`

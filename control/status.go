@@ -90,6 +90,7 @@ func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription)
 			for _, r := range st.Ranges {
 				ps.Ranges = append(ps.Ranges, subscription.RangeStatus{Lo: r.Lo, Hi: r.Hi, Owner: r.Owner, Watermark: r.Watermark})
 			}
+			ps.Holding = holdingStatus(st.Holding)
 		}
 		out.Partitions = append(out.Partitions, ps)
 	}
@@ -101,4 +102,23 @@ func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription)
 		return a.Partition < b.Partition
 	})
 	return out, nil
+}
+
+// holdingStatus is what the status shows of the record holding a
+// partition's watermark.
+func holdingStatus(h *tracking.Holding) *subscription.HoldingStatus {
+	if h == nil {
+		return nil
+	}
+	out := &subscription.HoldingStatus{Offset: h.Offset, Key: h.Key, Since: h.Since, AgeMS: max(0, time.Since(h.Since).Milliseconds()),
+		Attempts: h.Attempts, LastStatus: h.LastStatus, LastError: h.LastError, Behind: h.Behind}
+	if !h.Dispatched.IsZero() {
+		t := h.Dispatched
+		out.Dispatched = &t
+	}
+	if !h.NextAttempt.IsZero() {
+		t := h.NextAttempt
+		out.NextAttempt = &t
+	}
+	return out
 }

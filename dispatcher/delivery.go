@@ -59,6 +59,9 @@ type flight struct {
 	last webhooks.Result
 	// acked is the flight's result once it is done.
 	acked bool
+	// before counts the attempts of earlier rounds (a key blocked with
+	// dead-lettering off starts a fresh budget after each).
+	before int
 }
 
 // newFlight starts the delivery of rec, from ended when not nil.
@@ -129,7 +132,10 @@ func (f *flight) step() (time.Duration, bool) {
 				"topic", f.rec.Payload.Topic, "partition", f.rec.Payload.Partition, "offset", f.rec.Payload.Offset,
 				"status", res.Last.Status, "trace_id", traceID(f.span))
 			f.span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
-			return f.policy.WithDefaults().MaxInterval, false
+			wait := f.policy.WithDefaults().MaxInterval
+			f.note(res, wait, true)
+			f.before += res.Attempts
+			return wait, false
 		}
 		f.span.AddEvent("dead_letter", trace.WithAttributes(
 			attribute.String("keyhook.dead_letter_topic", dlq),
@@ -176,7 +182,24 @@ func (f *flight) attempt() (wait time.Duration, more, ok bool) {
 	}
 	wait, more = f.rt.Record(a)
 	f.last = f.rt.Result()
+	if more {
+		// Only a record that waits is worth a note: one answered goes.
+		f.note(f.last, wait, more)
+	}
 	return wait, more, true
+}
+
+// note tells the worker the record's latest attempt, for the status of a
+// record holding its partition's watermark.
+func (f *flight) note(res webhooks.Result, wait time.Duration, more bool) {
+	p := progress{attempts: f.before + res.Attempts, status: res.Last.Status}
+	if res.Last.Err != nil {
+		p.err = res.Last.Err.Error()
+	}
+	if more {
+		p.next = time.Now().Add(wait)
+	}
+	f.w.noteProgress(f.rec, p)
 }
 
 // stop ends the flight unacked, its last attempt failed or cut short.

@@ -37,6 +37,8 @@ type flushReq struct {
 	f tracking.Flush
 	// snap goes back to the worker's machine when the write succeeded.
 	snap partition.Snapshot
+	// notes is the worker's count of attempt notes the write includes.
+	notes uint64
 }
 
 // errRetired answers a snapshot the flusher dropped, unwritten, because
@@ -50,6 +52,7 @@ type flushResult struct {
 	// merged is the partition's watermark over every sharer (-1 unknown)
 	// and committed the commit mirror the tracker holds (-1 none).
 	merged, committed int64
+	notes             uint64
 }
 
 func newFlusher(tracker Tracker, interval time.Duration) *flusher {
@@ -110,7 +113,7 @@ func (fl *flusher) round(ctx context.Context) {
 
 // result is the flushResult of r's write.
 func (r flushReq) result(res tracking.FlushResult) flushResult {
-	return flushResult{snap: r.snap, err: res.Err, merged: res.Watermark, committed: res.Committed}
+	return flushResult{snap: r.snap, err: res.Err, merged: res.Watermark, committed: res.Committed, notes: r.notes}
 }
 
 // write writes the states of reqs in one pipelined round under ctx and

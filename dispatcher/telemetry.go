@@ -192,6 +192,21 @@ func newTelemetry(n *Node) (*telemetry, error) {
 		})
 	partitionGauge("keyhook.pending", "Fetched records not yet acked.", "{record}",
 		func(w *worker) (int64, bool) { return w.pub.pending.Load(), true })
+	_, e = m.Float64ObservableGauge("keyhook.watermark.age", metric.WithDescription("How long the record holding the partition's watermark (the next offset to commit) has been pending since it was read; it grows while a record retries or a key is slower than its arrivals. The subscription status names the record."), metric.WithUnit("s"),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			now := time.Now().UnixNano()
+			for _, g := range n.groups() {
+				for _, w := range g.snapshotWorkers() {
+					if since := w.pub.holdingSince.Load(); since > 0 {
+						o.Observe(max(0, float64(now-since)/1e9), metric.WithAttributeSet(w.attrs))
+					} else if w.pub.claimed.Load() {
+						o.Observe(0, metric.WithAttributeSet(w.attrs))
+					}
+				}
+			}
+			return nil
+		}))
+	must(e)
 	partitionGauge("keyhook.partition.key_hashes", "Key hashes of the partition (of 65536) this node delivers: all of them unless the partition is shared by key range.", "{hash}",
 		func(w *worker) (int64, bool) { return int64(w.ranges().Len()), true })
 	return t, err

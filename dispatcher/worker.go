@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,13 @@ type worker struct {
 	wake     chan struct{}
 	ctrl     chan func()
 
+	// progress is the latest attempt of each record being delivered, for
+	// the status of the record holding the watermark; notes counts the
+	// changes, so a partition stuck on a retrying record still writes
+	// its attempts.
+	progress map[*record]progress
+	notes    uint64
+
 	// target, when set, is a narrower set of key ranges the group's
 	// balancer assigned: the loop drains the rest, writes its state,
 	// releases them and shrinks (reshape).
@@ -121,10 +129,12 @@ type worker struct {
 	// foreign is the machine's count of records of other sharers as last
 	// reported to the metrics.
 	foreign int64
-	epoch   int64
-	paused  bool      // the fetch is paused in the client
-	offer   []*record // the batch offered to the pool
-	drained chan struct{}
+	// flushedNotes is the count of progress notes the last flush wrote.
+	flushedNotes uint64
+	epoch        int64
+	paused       bool      // the fetch is paused in the client
+	offer        []*record // the batch offered to the pool
+	drained      chan struct{}
 	// flushing: a snapshot is with the flusher; claiming: a claim is in
 	// flight. Either way the tick hands over no new snapshot.
 	flushing, claiming bool
@@ -135,6 +145,14 @@ type worker struct {
 	// claimWait.
 	claimRetry *time.Timer
 	claimWait  *backoff.Backoff
+}
+
+// progress is a record's latest attempt.
+type progress struct {
+	attempts int
+	status   int
+	err      string
+	next     time.Time
 }
 
 // claimResult is what a claim in flight hands back to the loop.
@@ -161,9 +179,12 @@ type published struct {
 	ranges atomic.Pointer[keyrange.Set]
 	// notOwned counts the records read that other sharers deliver.
 	notOwned atomic.Int64
-	paused   atomic.Bool
-	fenced   atomic.Bool
-	claimed  atomic.Bool
+	// holdingSince is when the record holding the watermark was read,
+	// unix ns, 0 none.
+	holdingSince atomic.Int64
+	paused       atomic.Bool
+	fenced       atomic.Bool
+	claimed      atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.
@@ -240,8 +261,53 @@ func (w *worker) push(rs []*kgo.Record) {
 func (w *worker) pushResult(r result) {
 	w.mu.Lock()
 	w.results = append(w.results, r)
+	if w.progress != nil {
+		delete(w.progress, r.rec)
+	}
 	w.mu.Unlock()
 	w.signal()
+}
+
+// noteProgress records a record's latest attempt (from the pool).
+func (w *worker) noteProgress(rec *record, p progress) {
+	w.mu.Lock()
+	if w.progress == nil {
+		w.progress = make(map[*record]progress)
+	}
+	w.progress[rec] = p
+	w.notes++
+	w.mu.Unlock()
+}
+
+// holding describes the record the watermark waits for, nil when none,
+// and the count of progress notes it includes.
+func (w *worker) holding(now time.Time) (*tracking.Holding, uint64) {
+	e := w.m.Holding()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e == nil {
+		return nil, w.notes
+	}
+	h := &tracking.Holding{Offset: e.Offset, Key: keyText(e.Payload.Key), Since: e.Accepted, Behind: int64(w.m.Pending() - 1)}
+	if e.Out() {
+		h.Dispatched = e.Dispatched
+	}
+	if p, ok := w.progress[e]; ok {
+		h.Attempts, h.LastStatus, h.LastError = p.attempts, p.status, p.err
+		if p.next.After(now) {
+			h.NextAttempt = p.next
+		}
+	}
+	return h, w.notes
+}
+
+// keyText is a record key as the status shows it: text, cut to 128 bytes.
+func keyText(k []byte) string {
+	const max = 128
+	if len(k) > max {
+		k = k[:max]
+	}
+	return strings.ToValidUTF8(string(k), "\ufffd")
 }
 
 func (w *worker) signal() {
@@ -547,6 +613,11 @@ func (w *worker) publish() {
 	w.pub.watermark.Store(w.m.Watermark())
 	w.pub.next.Store(w.m.Next())
 	w.pub.pending.Store(int64(w.m.Pending()))
+	if e := w.m.Holding(); e != nil {
+		w.pub.holdingSince.Store(e.Accepted.UnixNano())
+	} else {
+		w.pub.holdingSince.Store(0)
+	}
 	w.pub.claimed.Store(w.m.Claimed())
 	c, ok := w.m.CommitCandidate()
 	if !ok {
@@ -577,7 +648,13 @@ func (w *worker) applyPause() {
 // skips the tick and stays dirty: what it hands over next is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
-	if w.flushing || w.claiming || w.releasing || w.retired.Load() || !w.m.Dirty() && !w.m.Behind() {
+	if w.flushing || w.claiming || w.releasing || w.retired.Load() {
+		return
+	}
+	w.mu.Lock()
+	noted := w.notes != w.flushedNotes
+	w.mu.Unlock()
+	if !w.m.Dirty() && !w.m.Behind() && !(noted && w.m.Claimed() && !w.m.Fenced()) {
 		return
 	}
 	w.flushing = true
@@ -589,8 +666,10 @@ func (w *worker) flush() {
 // copy.
 func (w *worker) flushReq() flushReq {
 	s := w.m.Snapshot()
+	holding, notes := w.holding(time.Now())
 	f := tracking.Flush{
 		Epoch:     w.epoch,
+		Holding:   holding,
 		Ranges:    s.Ranges,
 		Acked:     s.Acked.Clone(),
 		Watermark: s.Watermark,
@@ -602,7 +681,7 @@ func (w *worker) flushReq() flushReq {
 		Oldest:    s.Oldest,
 	}
 	s.Acked = nil
-	return flushReq{w: w, f: f, snap: s}
+	return flushReq{w: w, f: f, snap: s, notes: notes}
 }
 
 // flushed applies the outcome of a flush.
@@ -618,6 +697,7 @@ func (w *worker) flushed(r flushResult) {
 		// What lets the committer move: the commit never passes what the
 		// tracker holds, over every sharer.
 		w.m.FlushedMerged(r.snap, r.merged)
+		w.flushedNotes = max(w.flushedNotes, r.notes)
 		// Another sharer may be the one committing: its commits come
 		// back through the tracker.
 		if r.committed > w.committed.Load() {

@@ -106,6 +106,8 @@ type Entry[P any] struct {
 	// Dispatched is when the record last went to the endpoint; zero
 	// until then.
 	Dispatched time.Time
+	// Accepted is when the machine took the record in.
+	Accepted time.Time
 
 	size  int
 	bytes int64
@@ -122,6 +124,9 @@ type Entry[P any] struct {
 	// yet; aborted: its attempt was cut and it waits for the next owner.
 	ready, out, aborted bool
 }
+
+// Out reports whether the entry was dispatched and has no result yet.
+func (e *Entry[P]) Out() bool { return e.out }
 
 // Extra reports whether the entry was queued by Inject.
 func (e *Entry[P]) Extra() bool { return e.extra }
@@ -599,7 +604,7 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		m.settleWatermark()
 		return true
 	}
-	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold, hash: h}
+	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold, hash: h, Accepted: m.cfg.Clock()}
 	m.held += hold
 	m.pending[off] = e
 	switch {
@@ -906,6 +911,16 @@ func (m *Machine[P]) Backlog() int { return len(m.backlog) }
 
 // Keys returns how many keys have a record pending.
 func (m *Machine[P]) Keys() int { return len(m.lanes) }
+
+// Holding returns the pending record the watermark waits for, nil when
+// none is (nothing pending at the watermark: the fetch has not reached
+// it, or the partition is not claimed).
+func (m *Machine[P]) Holding() *Entry[P] {
+	if m.watermark < 0 {
+		return nil
+	}
+	return m.pending[m.watermark]
+}
 
 // Watermark returns the lowest offset not acked, -1 while unknown.
 func (m *Machine[P]) Watermark() int64 { return m.watermark }

@@ -171,6 +171,33 @@ type PartitionStatus struct {
 	// Ranges are the partition's key hash ranges as the tracking state
 	// cuts them, in hash order; absent while nothing is tracked.
 	Ranges []RangeStatus `json:"ranges,omitempty"`
+	// Holding is the record the watermark waits for — why the commit
+	// does not move — absent when nothing is pending.
+	Holding *HoldingStatus `json:"holding,omitempty"`
+}
+
+// HoldingStatus is the record a partition's watermark waits for, as its
+// owner last flushed it.
+type HoldingStatus struct {
+	Offset int64 `json:"offset"`
+	// Key is the record key as text (cut to 128 bytes), absent for none.
+	Key string `json:"key,omitempty"`
+	// Since is when the owner read the record; AgeMS how long ago that
+	// was, as of the answer.
+	Since time.Time `json:"since"`
+	AgeMS int64     `json:"age_ms"`
+	// Dispatched is when its current attempt began, absent while it waits
+	// (for its key's earlier record, a delivery slot or its retry).
+	Dispatched *time.Time `json:"dispatched,omitempty"`
+	// Attempts counts its attempts so far; LastStatus and LastError are
+	// the last one's answer.
+	Attempts   int    `json:"attempts"`
+	LastStatus int    `json:"last_status,omitempty"`
+	LastError  string `json:"last_error,omitempty"`
+	// NextAttempt is when it is tried again, absent when not waiting.
+	NextAttempt *time.Time `json:"next_attempt,omitempty"`
+	// Behind counts the records pending behind it.
+	Behind int64 `json:"behind"`
 }
 
 // RangeStatus is one range [Lo, Hi) of a partition's key hash space

@@ -39,6 +39,7 @@ const (
 	fieldTopicID   = "topicid"   // Kafka topic ID (KIP-516) the offsets belong to, "" unknown
 	fieldPieces    = "pieces"    // the index of pieces, see encodePieces
 	fieldRanges    = "ranges"    // the hash ranges a claim declares (keyrange.Set.String)
+	fieldHolding   = "holding"   // JSON of the record holding the claim's watermark (Holding), "" none
 )
 
 // partitionFields are the partition-wide fields of the current layout.
@@ -46,7 +47,7 @@ var partitionFields = []string{fieldEpoch, fieldCommitted, fieldTopicID, fieldPi
 
 // claimFields are the names of a claim's fields (claimField).
 var claimFields = []string{fieldOwner, fieldGen, fieldRanges, fieldAcked, fieldFetched, fieldPending, fieldInFlight,
-	fieldKeys, fieldOldest, fieldClaimed, fieldUpdated}
+	fieldKeys, fieldOldest, fieldClaimed, fieldUpdated, fieldHolding}
 
 // claimPrefix starts the fields of one claim: "c:<epoch>:".
 const claimPrefix = "c:"

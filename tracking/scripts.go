@@ -38,6 +38,7 @@ var scriptFields = [][2]string{
 	{"inflight", fieldInFlight},
 	{"keys", fieldKeys},
 	{"oldest", fieldOldest},
+	{"holding", fieldHolding},
 	{"claimed", fieldClaimed},
 	{"updated", fieldUpdated},
 	{"topicid", fieldTopicID},
@@ -98,10 +99,10 @@ end
 -- The lists of fields are built on demand: a table built on every run
 -- would cost the hot flush for nothing.
 local function claimnames()
-	return {F.owner, F.gen, F.ranges, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated}
+	return {F.owner, F.gen, F.ranges, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated, F.holding}
 end
 local function offsetnames()
-	return {F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest}
+	return {F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.holding}
 end
 local function cf(e, name)
 	return F.claim .. e .. ":" .. name
@@ -408,6 +409,7 @@ return {"ok"}
 // ARGV[8] -> in-flight count
 // ARGV[9] -> dispatch time of the oldest pending record, unix ms (0 none)
 // ARGV[10] -> keys with a record in flight or queued
+// ARGV[11] -> the record holding the watermark (Holding as JSON), "" none
 //
 // Output:
 // {"ok", merged watermark, committed mirror}
@@ -467,6 +469,7 @@ redis.call("HSET", KEYS[1],
 	pre .. F.pending, ARGV[7],
 	pre .. F.inflight, ARGV[8],
 	pre .. F.oldest, ARGV[9],
+	pre .. F.holding, ARGV[11],
 	pre .. F.keys, ARGV[10],
 	pre .. F.updated, string.format("%d", now))
 return {"ok", merged, committed}

@@ -2,6 +2,7 @@ package tracking
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,6 +58,9 @@ type PartitionState struct {
 	Updated time.Time `json:"updated"`
 	// Ranges are the stored pieces of the hash space, in hash order.
 	Ranges []RangeState `json:"ranges,omitempty"`
+	// Holding is the record the partition's watermark waits for: the
+	// lowest of the live claims', nil when nothing is pending.
+	Holding *Holding `json:"holding,omitempty"`
 	// Acked is the same offsets as AckedRanges, ready for set operations.
 	// Never nil.
 	Acked *offsets.Set `json:"-"`
@@ -89,6 +93,9 @@ type RangeState struct {
 	// Claimed and Updated are the claim's times.
 	Claimed time.Time `json:"claimed,omitzero"`
 	Updated time.Time `json:"updated,omitzero"`
+	// Holding is the record the range's claim waits for, nil when none
+	// or released.
+	Holding *Holding `json:"holding,omitempty"`
 }
 
 // Load reads the states of pks in one pipelined round trip. Partitions
@@ -223,6 +230,9 @@ func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
 		if len(live) == 1 && held(ps, e).IsFull() {
 			st.Owner = c.owner
 		}
+		if c.holding != nil && (st.Holding == nil || c.holding.Offset < st.Holding.Offset) {
+			st.Holding = c.holding
+		}
 	}
 	st.Watermark = mergedWatermark(ps)
 	for _, p := range ps {
@@ -230,7 +240,7 @@ func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
 		r := RangeState{Lo: p.lo, Hi: p.hi, Epoch: p.epoch, Generation: c.gen, Watermark: p.watermark,
 			Fetched: c.fetched, Claimed: c.claimed, Updated: c.updated}
 		if !p.released {
-			r.Owner, r.Pending, r.InFlight, r.Keys = c.owner, c.pending, c.inflight, c.keys
+			r.Owner, r.Pending, r.InFlight, r.Keys, r.Holding = c.owner, c.pending, c.inflight, c.keys, c.holding
 		}
 		st.Ranges = append(st.Ranges, r)
 	}
@@ -253,6 +263,7 @@ type claimState struct {
 	fetched, pending, inflight, keys int64
 	oldest, claimed, updated         time.Time
 	acked                            *offsets.Set
+	holding                          *Holding
 }
 
 func decodeClaimState(h map[string]string) (claimState, error) {
@@ -275,6 +286,12 @@ func decodeClaimState(h map[string]string) (claimState, error) {
 	if b := h[fieldAcked]; b != "" {
 		if err := c.acked.UnmarshalBinary([]byte(b)); err != nil {
 			return claimState{}, fmt.Errorf("field %s: %w", fieldAcked, err)
+		}
+	}
+	if b := h[fieldHolding]; b != "" {
+		c.holding = new(Holding)
+		if err := json.Unmarshal([]byte(b), c.holding); err != nil {
+			return claimState{}, fmt.Errorf("field %s: %w", fieldHolding, err)
 		}
 	}
 	return c, nil

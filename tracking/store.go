@@ -2,6 +2,7 @@ package tracking
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -304,6 +305,31 @@ type Flush struct {
 	// Oldest is when the oldest pending record was dispatched; zero if
 	// none is pending.
 	Oldest time.Time
+	// Holding is the record the watermark waits for, nil when none
+	// (nothing pending).
+	Holding *Holding
+}
+
+// Holding is the record a claim's watermark waits for: the answer to
+// "why does my commit not move". Times are the owner's clock.
+type Holding struct {
+	Offset int64 `json:"offset"`
+	// Key is the record key as text, cut to 128 bytes; empty for none.
+	Key string `json:"key,omitempty"`
+	// Since is when the record was read from Kafka.
+	Since time.Time `json:"since"`
+	// Dispatched is when its current attempt began; zero while it waits
+	// (for its key's earlier record, a delivery slot, or its retry).
+	Dispatched time.Time `json:"dispatched,omitzero"`
+	// Attempts counts its attempts so far in this delivery.
+	Attempts int `json:"attempts"`
+	// LastStatus and LastError are its last attempt's answer.
+	LastStatus int    `json:"last_status,omitempty"`
+	LastError  string `json:"last_error,omitempty"`
+	// NextAttempt is when it is tried again; zero when not waiting.
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
+	// Behind counts the records pending behind it in the claim's ranges.
+	Behind int64 `json:"behind"`
 }
 
 // Flush writes f as pk's state in one round trip, iff f.Epoch's claim
@@ -376,8 +402,12 @@ func (s *Store) FlushRanges(ctx context.Context, fs []PartitionFlush) []FlushRes
 		if !f.Oldest.IsZero() {
 			oldest = f.Oldest.UnixMilli()
 		}
+		var holding []byte
+		if f.Holding != nil {
+			holding, _ = json.Marshal(f.Holding) // plain fields: cannot fail
+		}
 		calls = append(calls, scriptCall{key: s.key(pf.Key), args: []any{
-			f.Epoch, rs.String(), acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys}})
+			f.Epoch, rs.String(), acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys, holding}})
 		idx = append(idx, i)
 	}
 	for j, res := range s.runMany(ctx, flushCmd, calls) {

@@ -170,11 +170,17 @@ func subscriptionsCmd(ctx context.Context, args []string, getenv func(string) st
 			owner := p.Owner
 			if owner == "" {
 				owner = "-"
+				if n := sharers(p.Ranges); n > 1 {
+					owner = fmt.Sprintf("shared by %d", n)
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, offsetText(p.Committed),
 				p.LogEnd, p.Lag, offsetText(p.Watermark), p.Pending, p.InFlight, p.InFlightKeys, oldest, owner)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		return printHolding(stdout, st.Partitions, time.Now())
 	default:
 		fmt.Fprint(stderr, subscriptionsUsage)
 		return fmt.Errorf("keyhook subscriptions: unknown command %q", verb)
@@ -408,4 +414,68 @@ func (l *offsetList) Set(v string) error {
 	}
 	*l = append(*l, subscription.SeekOffset{Topic: tp[:i], Partition: int32(p), Offset: o})
 	return nil
+}
+
+// sharers counts the distinct owners of a partition's ranges.
+func sharers(rs []subscription.RangeStatus) int {
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if r.Owner != "" {
+			seen[r.Owner] = true
+		}
+	}
+	return len(seen)
+}
+
+// printHolding says, for each partition whose watermark waits for a
+// record, which one and why: the question every Kafka consumer's user
+// asks when the commit does not move.
+func printHolding(w io.Writer, ps []subscription.PartitionStatus, now time.Time) error {
+	var lines []string
+	for _, p := range ps {
+		h := p.Holding
+		if h == nil {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "  %s/%d: offset %d", p.Topic, p.Partition, h.Offset)
+		if h.Key != "" {
+			fmt.Fprintf(&b, " (key %q)", h.Key)
+		}
+		fmt.Fprintf(&b, ", read %s ago", roundAge(time.Duration(h.AgeMS)*time.Millisecond))
+		switch {
+		case h.Attempts > 0:
+			fmt.Fprintf(&b, ", %d attempts", h.Attempts)
+			if h.LastStatus != 0 {
+				fmt.Fprintf(&b, ", last answered %d", h.LastStatus)
+			} else if h.LastError != "" {
+				fmt.Fprintf(&b, ", last failed: %s", h.LastError)
+			}
+			if h.NextAttempt != nil {
+				fmt.Fprintf(&b, ", next attempt in %s", roundAge(h.NextAttempt.Sub(now)))
+			}
+		case h.Dispatched != nil:
+			fmt.Fprintf(&b, ", first attempt in flight for %s", roundAge(now.Sub(*h.Dispatched)))
+		default:
+			b.WriteString(", not sent yet (its key's earlier record or a delivery slot)")
+		}
+		fmt.Fprintf(&b, "; %d records pending behind it", h.Behind)
+		lines = append(lines, b.String())
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "\nThe watermark waits for:\n%s\n", strings.Join(lines, "\n"))
+	return err
+}
+
+// roundAge shows a duration to the second, or to the millisecond below one.
+func roundAge(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }

@@ -60,6 +60,7 @@ type Sink struct {
 	deliveries []Delivery
 	acked      map[TP]map[int64]int
 	inFlight   int
+	inFlightBy map[string]int
 	// requests are the records of every request received, answered or
 	// abandoned by its sender (Status 0), for the overlap check.
 	requests [][]Delivery
@@ -69,10 +70,9 @@ type Sink struct {
 	origins map[string]string
 }
 
-
 // StartSink starts a sink on a loopback port, closed with the test.
 func StartSink(t testing.TB) *Sink {
-	s := &Sink{acked: make(map[TP]map[int64]int), origins: make(map[string]string)}
+	s := &Sink{acked: make(map[TP]map[int64]int), origins: make(map[string]string), inFlightBy: make(map[string]int)}
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	s.srv.Config.ConnState = s.connState
 	s.srv.Start()
@@ -140,6 +140,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	for _, d := range ds {
 		d.Origin = s.origins[r.RemoteAddr]
 	}
+	s.inFlightBy[d.Origin]++
 	s.mu.Unlock()
 	if s.Latency != nil {
 		if l := s.Latency(d); l > 0 {
@@ -156,6 +157,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	end := time.Now()
 	s.mu.Lock()
 	s.inFlight--
+	s.inFlightBy[d.Origin]--
 	// An abandoned request (its sender gone or timed out) ends when the
 	// sink noticed; it is kept for the overlap check only.
 	req := make([]Delivery, len(ds))
@@ -272,6 +274,14 @@ func (s *Sink) InFlight() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.inFlight
+}
+
+// InFlightFrom is the number of requests of origin (Delivery.Origin)
+// being answered right now.
+func (s *Sink) InFlightFrom(origin string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlightBy[origin]
 }
 
 // CompletedSince counts requests answered at or after t.

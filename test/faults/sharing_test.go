@@ -1,0 +1,195 @@
+package faults
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyhook/keyhook/internal/testutil"
+)
+
+// Settings of the key-range sharing scenarios: one partition, so that
+// every node beyond the first shares it, many keys so that every range
+// holds some, and a window of deliveries in flight on every node.
+const (
+	sharedKeys        = 2000
+	sharedMaxInFlight = 32
+)
+
+// sharedCluster is a cluster on a one-partition topic with sharing auto
+// (the subscription's default).
+func sharedCluster(t *testing.T, name string, nodes int, latency func(*testutil.Delivery) time.Duration) *cluster {
+	return newCluster(t, name, clusterConfig{
+		nodes: nodes, partitions: 1, keys: sharedKeys, maxInFlight: sharedMaxInFlight,
+		latency: latency,
+	})
+}
+
+// Nodes join a one-partition subscription one at a time up to four, each
+// taking a key range from the others, then leave with SIGTERM one at a
+// time back to one, each handing its ranges back. Every move of a range is
+// graceful (drained, flushed and released before its new owner starts),
+// so nothing is lost or delivered twice, no key ever has two requests in
+// flight across the nodes, keys stay in order, the merged commit never
+// passes an unacked offset, and at four nodes every node delivers.
+func TestFaultSharedScaleOutAndIn(t *testing.T) {
+	const records, rate, step = 30_000, 600, 6 * time.Second
+	c := sharedCluster(t, "shared-scale", 1, slowerLatency)
+	c.startNodes()
+	prod := c.produce(records, rate)
+	c.waitClaimed(c.slots[0], time.Minute)
+
+	for len(c.live()) < 4 {
+		sleepFor(step)
+		slot := c.addNode()
+		c.waitClaimed(c.slots[slot], time.Minute)
+		t.Logf("  %d nodes at %.1fs", len(c.live()), time.Since(c.started).Seconds())
+	}
+	// Every node delivers its share for a while before the first leaves.
+	four := time.Now()
+	fourNames := c.liveNames()
+	sleepFor(step)
+	fourEnd := time.Now()
+
+	for len(c.live()) > 1 {
+		live := c.live()
+		slot := live[c.rng.IntN(len(live))]
+		c.terminate(slot, true)
+		t.Logf("  %s left at %.1fs: %d nodes", c.slots[slot].Name, time.Since(c.started).Seconds(), len(c.live()))
+		sleepFor(step)
+	}
+	prod.wait(2 * time.Minute)
+	o := c.finish()
+	if o.Records != records {
+		t.Errorf("%d records in the log, want %d", o.Records, records)
+	}
+	if o.Duplicates != 0 {
+		t.Errorf("%d duplicates after graceful range handovers, want 0", o.Duplicates)
+	}
+	if o.Overlaps+o.FailureOverlaps != 0 {
+		t.Errorf("%d requests sent while another of their key was in flight, want 0", o.Overlaps+o.FailureOverlaps)
+	}
+	by := c.deliveredBy(four, fourEnd)
+	t.Logf("  deliveries per node with four nodes (%.1fs): %v", fourEnd.Sub(four).Seconds(), by)
+	for _, name := range fourNames {
+		if by[name] == 0 {
+			t.Errorf("%s delivered nothing while four nodes shared the partition (%v)", name, by)
+		}
+	}
+	c.logClaims()
+	t.Logf("  node logs: %v", c.logLines("partition claimed", "key ranges released", "partitions revoked", "partitions lost", "fenced", "drain deadline passed"))
+}
+
+// Four nodes share one partition while one of them dies with kill -9
+// every five seconds and is restarted at once. Nothing is lost, keys stay
+// in order, the merged commit never passes an offset some sharer had not
+// acked, and duplicates and overlaps stay within what was in flight or
+// unflushed at each kill; no two live nodes ever have a key in flight
+// together.
+func TestFaultSharedKill9EveryFiveSeconds(t *testing.T) {
+	const records, rate, every, storm = 27_000, 600, 5 * time.Second, 40 * time.Second
+	c := sharedCluster(t, "shared-kill9", 4, slowerLatency)
+	c.startNodes()
+	prod := c.produce(records, rate)
+	for _, slot := range c.live() {
+		c.waitClaimed(c.slots[slot], time.Minute)
+	}
+	kills := 0
+	for end := time.Now().Add(storm); time.Now().Before(end); {
+		sleepFor(every)
+		live := c.live()
+		slot := live[c.rng.IntN(len(live))]
+		c.kill(slot)
+		c.startSlot(slot)
+		kills++
+	}
+	prod.wait(2 * time.Minute)
+	o := c.finish()
+	if o.Records != records {
+		t.Errorf("%d records in the log, want %d", o.Records, records)
+	}
+	if o.Overlaps != 0 {
+		t.Errorf("%d requests sent by a live node while another live node had their key in flight, want 0", o.Overlaps)
+	}
+	c.logClaims()
+	t.Logf("  %d kills; node logs: %v", kills, c.logLines("partition claimed", "key ranges released", "partitions lost", "fenced", "claim failed"))
+}
+
+// waitClaimed waits until p logged that it claimed the partition: with
+// sharing, the claim names the key ranges it delivers.
+func (c *cluster) waitClaimed(p *testutil.Process, timeout time.Duration) {
+	c.t.Helper()
+	waitFor(c.t, timeout, p.Name+" claims a partition", func() bool {
+		return len(claimsOf(p)) > 0
+	})
+}
+
+// claimsOf returns what p logged of its claims and releases, in order:
+// "claimed <ranges>" (or "claimed whole") and "released <ranges>".
+func claimsOf(p *testutil.Process) []string {
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		switch {
+		case strings.Contains(line, "partition claimed"):
+			if r := logValue(line, "ranges"); r != "" {
+				out = append(out, "claimed "+r)
+			} else {
+				out = append(out, "claimed whole")
+			}
+		case strings.Contains(line, "key ranges released"):
+			out = append(out, "released "+logValue(line, "released")+" keeping "+logValue(line, "keeping"))
+		}
+	}
+	return out
+}
+
+// logValue reads key=value from a text log line ("" when absent).
+func logValue(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if strings.HasPrefix(v, `"`) {
+		if j := strings.Index(v[1:], `"`); j >= 0 {
+			return v[1 : j+1]
+		}
+	}
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		return v[:j]
+	}
+	return v
+}
+
+// logClaims logs the key ranges each process claimed and released.
+func (c *cluster) logClaims() {
+	for _, p := range c.procs {
+		c.t.Logf("  %s: %s", p.Name, strings.Join(claimsOf(p), "; "))
+	}
+}
+
+// liveNames returns the names of the live processes.
+func (c *cluster) liveNames() []string {
+	var out []string
+	for _, s := range c.live() {
+		out = append(out, c.slots[s].Name)
+	}
+	return out
+}
+
+// deliveredBy counts, per sending process, the requests the sink answered
+// that started in [from, to).
+func (c *cluster) deliveredBy(from, to time.Time) map[string]int {
+	out := map[string]int{}
+	for _, d := range c.sink.Deliveries() {
+		if !d.Start.Before(from) && d.Start.Before(to) {
+			out[d.Origin]++
+		}
+	}
+	return out
+}

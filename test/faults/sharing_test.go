@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -166,10 +167,25 @@ func logValue(line, key string) string {
 	return v
 }
 
-// logClaims logs the key ranges each process claimed and released.
+// logClaims logs the key ranges each process claimed and released, a run
+// of the same line once with its count.
 func (c *cluster) logClaims() {
 	for _, p := range c.procs {
-		c.t.Logf("  %s: %s", p.Name, strings.Join(claimsOf(p), "; "))
+		var out []string
+		lines := claimsOf(p)
+		for i := 0; i < len(lines); {
+			j := i
+			for j < len(lines) && lines[j] == lines[i] {
+				j++
+			}
+			if j-i > 1 {
+				out = append(out, fmt.Sprintf("%s (×%d)", lines[i], j-i))
+			} else {
+				out = append(out, lines[i])
+			}
+			i = j
+		}
+		c.t.Logf("  %s: %s", p.Name, strings.Join(out, "; "))
 	}
 }
 

@@ -242,6 +242,11 @@ func (r *results) evaluate() {
 			}
 		}
 	}
+	for _, s := range r.Scenarios {
+		if len(s.Scenario.Nodes) > 0 {
+			r.evaluateScaling(s)
+		}
+	}
 	if p := r.Paced; p != nil {
 		if p.P99 < 0 {
 			r.missing("1", "p99 e2e ≤ endpoint p99 + 20 ms at 50% load", "no record delivered")
@@ -379,6 +384,9 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 			w("| %s | %d/%d | %s | %d/%d | %d | %s | %s |\n", r.Contender.Name, r.OthersDelivered, r.OthersTotal, num(r.OthersRate, 0),
 				r.FailKeyDone, r.FailKeyTotal, r.HeldByStall, orderCell(r), windows(r.PartitionWindow))
 		}
+	}
+	if len(sc.Nodes) > 0 {
+		scalingMarkdown(b, s)
 	}
 	if sc.Sink.FailRecord >= 0 {
 		if kh := s.run(cKey.Name); kh != nil && len(kh.TrackingSamples) > 0 {

@@ -337,7 +337,11 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	sc := s.Scenario
 	w("\n## Scenario %s: %s\n\n", s.ID, s.Title)
-	w("%d records, %d keys, %d partitions, %d-byte values, max_in_flight %d, endpoint %s", sc.Data.Records, sc.Data.Keys, sc.Partitions, sc.Data.ValueBytes, sc.MaxInFlight, sc.Sink.Latency)
+	perNode := ""
+	if len(sc.Nodes) > 0 {
+		perNode = " per node"
+	}
+	w("%d records%s, %d keys, %d partitions, %d-byte values, max_in_flight %d%s, endpoint %s", sc.Data.Records, perNode, sc.Data.Keys, sc.Partitions, sc.Data.ValueBytes, sc.MaxInFlight, perNode, sc.Sink.Latency)
 	if sc.Sink.ErrorRate > 0 {
 		w(", %.1f%% of attempts answered 503", 100*sc.Sink.ErrorRate)
 	}
@@ -355,7 +359,11 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 		}
 		xi := "–"
 		if id > 0 {
-			xi = fmt.Sprintf("%.2f", r.Rate/id)
+			n := 1
+			if r.Shared != nil {
+				n = r.Shared.Nodes // each node brings its own max_in_flight
+			}
+			xi = fmt.Sprintf("%.2f", r.Rate/(id*float64(n)))
 		}
 		keyhook := r.Contender.Mode == modeKeyhook
 		w("| %s | %s | %d/%d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n",

@@ -193,14 +193,16 @@ func (r *runResult) measureNodes(run *sinkRun, reps []childReport, stoppedAt int
 		if len(rep.Samples) > 1 && end > start {
 			cpu += cpuAt(rep.Samples, end) - cpuAt(rep.Samples, start)
 		}
+		// Counters only grow; the last sample, taken after the node
+		// stopped, reads no gauges.
+		var notOwned int64
 		for _, s := range rep.Samples {
 			r.AttemptErrors = max(r.AttemptErrors, s.AttemptErrors)
 			r.MaxWindow = max(r.MaxWindow, s.MaxDistance)
 			r.PeakPending = max(r.PeakPending, s.Pending)
+			notOwned = max(notOwned, s.NotOwned)
 		}
-		if n := len(rep.Samples); n > 0 {
-			read += rep.Samples[n-1].NotOwned
-		}
+		read += notOwned
 	}
 	if r.InWindow > 0 && end > start {
 		r.CPUPerRecordUS = float64(cpu) / 1e3 / float64(r.InWindow)

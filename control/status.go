@@ -87,6 +87,9 @@ func (r *StatusReader) Status(ctx context.Context, s *subscription.Subscription)
 				t := st.Updated
 				ps.Updated = &t
 			}
+			for _, r := range st.Ranges {
+				ps.Ranges = append(ps.Ranges, subscription.RangeStatus{Lo: r.Lo, Hi: r.Hi, Owner: r.Owner, Watermark: r.Watermark})
+			}
 		}
 		out.Partitions = append(out.Partitions, ps)
 	}

@@ -54,6 +54,7 @@ func TestStatusJoinsCommitsLogEndsAndTrackingState(t *testing.T) {
 		Owned                             bool
 	}
 	var got []row
+	var ranges []subscription.RangeStatus
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st, err := control.NewStatusReader(adm, tracker).Status(context.Background(), sub)
@@ -64,6 +65,9 @@ func TestStatusJoinsCommitsLogEndsAndTrackingState(t *testing.T) {
 			t.Errorf("status of %q, want %q", st.SubscriptionID, sub.ID)
 		}
 		got = got[:0]
+		if len(st.Partitions) > 0 {
+			ranges = st.Partitions[0].Ranges
+		}
 		for _, p := range st.Partitions {
 			got = append(got, row{p.Partition, p.Committed, p.LogEnd, p.Lag, p.Watermark, p.Owner != ""})
 		}
@@ -83,5 +87,9 @@ func TestStatusJoinsCommitsLogEndsAndTrackingState(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	// One node holds the whole key hash space of partition 0.
+	if len(ranges) != 1 || ranges[0].Lo != 0 || ranges[0].Hi != 65536 || ranges[0].Owner == "" || ranges[0].Watermark != 6 {
+		t.Errorf("partition 0 ranges = %+v; want one range 0-65536, owned, watermark 6", ranges)
 	}
 }

@@ -386,6 +386,14 @@ func (w *worker) claimRanges() keyrange.Set {
 	return w.assigned
 }
 
+// assignedRanges are the ranges the partition was assigned with.
+func (w *worker) assignedRanges() keyrange.Set {
+	if w.assigned == nil {
+		return keyrange.Full()
+	}
+	return w.assigned
+}
+
 // ranges returns the key ranges the node delivers as last published.
 func (w *worker) ranges() keyrange.Set {
 	if r := w.pub.ranges.Load(); r != nil {
@@ -439,8 +447,14 @@ func (w *worker) claimed(r claimResult) {
 			floors = append(floors, partition.Floor{Range: f.Range, Below: f.Watermark})
 		}
 	}
+	first := !w.m.Claimed()
 	w.m.ClaimRanges(r.c.Acked, r.ranges, floors)
 	w.publishRanges()
+	if first && !w.m.Ranges().Equal(w.assignedRanges()) {
+		// A sync narrowed the assignment before the first claim: the
+		// rest was never delivered here, so it is released at once.
+		w.g.rangesReleased(w.tp, w.m.Ranges())
+	}
 	if w.m.Shared() {
 		w.log.Info("partition claimed", "epoch", r.c.Epoch, "ranges", w.m.Ranges().String(), "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
 	} else {
@@ -563,7 +577,7 @@ func (w *worker) applyPause() {
 // skips the tick and stays dirty: what it hands over next is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
-	if w.flushing || w.claiming || w.releasing || w.retired.Load() || !w.m.Dirty() {
+	if w.flushing || w.claiming || w.releasing || w.retired.Load() || !w.m.Dirty() && !w.m.Behind() {
 		return
 	}
 	w.flushing = true

@@ -166,9 +166,9 @@ type Machine[P any] struct {
 	// shared (see ranges).
 	done *offsets.Set
 	// ranges are the key hashes this node delivers, nil for all of them
-	// (empty, not nil, for none);
-	// frozen are those it is giving up (drained, not dispatched); floors
-	// are what the previous owners had delivered, per range.
+	// (empty, not nil, for none); frozen are those it is giving up
+	// (drained, not dispatched); floors are what the previous owners had
+	// delivered, per range.
 	ranges, frozen keyrange.Set
 	floors         []Floor
 	// foreign counts records read that another sharer owns.
@@ -978,6 +978,13 @@ func (m *Machine[P]) FlushedMerged(s Snapshot, merged int64) {
 	if c > m.flushed {
 		m.flushed = c
 	}
+}
+
+// Behind reports whether a shared partition's merged watermark, as last
+// flushed, trails this node's own: other sharers have not caught up, so
+// flushing again (even with nothing new) learns when they do.
+func (m *Machine[P]) Behind() bool {
+	return m.ranges != nil && m.claimed && !m.fenced && m.flushed < m.watermark
 }
 
 // CommitCandidate returns the offset to commit to Kafka, if it is ahead of

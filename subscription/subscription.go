@@ -168,4 +168,18 @@ type PartitionStatus struct {
 	OldestPendingAgeMS *int64 `json:"oldest_pending_age_ms,omitempty"`
 	// Updated is when the owner last flushed its state.
 	Updated *time.Time `json:"updated,omitempty"`
+	// Ranges are the partition's key hash ranges as the tracking state
+	// cuts them, in hash order; absent while nothing is tracked.
+	Ranges []RangeStatus `json:"ranges,omitempty"`
+}
+
+// RangeStatus is one range [Lo, Hi) of a partition's key hash space
+// (0–65536) and the node claiming it, "" when released or never claimed.
+type RangeStatus struct {
+	Lo    uint32 `json:"lo"`
+	Hi    uint32 `json:"hi"`
+	Owner string `json:"owner"`
+	// Watermark is the lowest offset not acknowledged among the range's
+	// records, as last flushed; -1 if unknown.
+	Watermark int64 `json:"watermark"`
 }

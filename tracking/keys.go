@@ -3,28 +3,58 @@ package tracking
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
 // Fields of a partition's tracking HASH. Counts and offsets are decimal
 // strings; times are unix milliseconds taken from the Redis server's clock,
 // so nodes with skewed clocks agree on them.
+//
+// Several claims may share a partition, each over part of the key hash
+// space (keyrange). The HASH holds three kinds of fields:
+//
+//   - partition-wide: epoch, committed, topicid and pieces;
+//   - per claim, named "c:<epoch>:<name>" (claimField): owner, gen,
+//     ranges, acked, fetched, pending, inflight, keys, oldest, claimed,
+//     updated;
+//   - legacy: the per-claim names without a prefix, written by releases
+//     before range claims, when one owner held the whole partition. A
+//     HASH holding gen at the top is of that layout and reads as one
+//     claim of the whole space (see the upgrade function of scripts.go).
 const (
-	fieldEpoch     = "epoch"     // owner epoch, raised by every claim
-	fieldGen       = "gen"       // Kafka group generation of the owner
-	fieldOwner     = "owner"     // owner node id; "" after a release
-	fieldAcked     = "acked"     // offsets.Set binary encoding
-	fieldWatermark = "watermark" // lowest offset not acked
-	fieldFetched   = "fetched"   // next offset to fetch
-	fieldCommitted = "committed" // mirror of the last Kafka commit, -1 none
+	fieldEpoch     = "epoch"     // last epoch issued; only grows
+	fieldGen       = "gen"       // Kafka group generation of the claim
+	fieldOwner     = "owner"     // node id of the claim
+	fieldAcked     = "acked"     // the claim's acked offsets, offsets.Set binary encoding
+	fieldWatermark = "watermark" // legacy only: lowest offset not acked
+	fieldFetched   = "fetched"   // next offset the claim fetches
+	fieldCommitted = "committed" // mirror of the last Kafka commit, -1 none; only grows
 	fieldPending   = "pending"   // fetched at/above the watermark, not acked
 	fieldInFlight  = "inflight"  // dispatched to the endpoint right now
 	fieldKeys      = "keys"      // keys with a record in flight or queued
 	fieldOldest    = "oldest"    // dispatch time of the oldest pending record, 0 none
-	fieldClaimed   = "claimed"   // when the current owner claimed
-	fieldUpdated   = "updated"   // last claim, flush or release
+	fieldClaimed   = "claimed"   // when the claim was made
+	fieldUpdated   = "updated"   // last claim, flush or release of the claim
 	fieldTopicID   = "topicid"   // Kafka topic ID (KIP-516) the offsets belong to, "" unknown
+	fieldPieces    = "pieces"    // the index of pieces, see encodePieces
+	fieldRanges    = "ranges"    // the hash ranges a claim declares (keyrange.Set.String)
 )
+
+// partitionFields are the partition-wide fields of the current layout.
+var partitionFields = []string{fieldEpoch, fieldCommitted, fieldTopicID, fieldPieces}
+
+// claimFields are the names of a claim's fields (claimField).
+var claimFields = []string{fieldOwner, fieldGen, fieldRanges, fieldAcked, fieldFetched, fieldPending, fieldInFlight,
+	fieldKeys, fieldOldest, fieldClaimed, fieldUpdated}
+
+// claimPrefix starts the fields of one claim: "c:<epoch>:".
+const claimPrefix = "c:"
+
+// claimField names field name of the claim of epoch.
+func claimField(epoch int64, name string) string {
+	return claimPrefix + strconv.FormatInt(epoch, 10) + ":" + name
+}
 
 // key returns the name of pk's tracking HASH (keyspace.Partition).
 func (s *Store) key(pk PartitionKey) string {

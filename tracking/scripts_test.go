@@ -15,7 +15,7 @@ import (
 // spells a field name as a literal instead of reading it from F, which
 // is built from the constants decodeState reads.
 func TestScriptsNameFieldsOnlyThroughTheGoConstants(t *testing.T) {
-	for name, body := range map[string]string{"claim": claimLua, "flush": flushLua, "release": releaseLua} {
+	for name, body := range map[string]string{"lib": libLua, "claim": claimLua, "seed": seedLua, "flush": flushLua, "release": releaseLua} {
 		for _, f := range scriptFields {
 			for _, lit := range []string{strconv.Quote(f[1]), "'" + f[1] + "'"} {
 				if strings.Contains(body, lit) {
@@ -31,7 +31,7 @@ func TestScriptsNameFieldsOnlyThroughTheGoConstants(t *testing.T) {
 
 // TestScriptsWriteExactlyTheFieldsTheDecoderReads runs the scripts on a
 // real Redis and checks that the HASH they leave holds the decoder's
-// fields and no other.
+// fields and no other: the partition's, and the claim's under its prefix.
 func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 	ctx := context.Background()
 	s, rdb, _ := newStore(t, Config{})
@@ -46,9 +46,9 @@ func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 	if err := s.Release(ctx, pkA, c.Epoch); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	var want []string
-	for _, f := range scriptFields {
-		want = append(want, f[1])
+	want := slices.Clone(partitionFields)
+	for _, name := range claimFields {
+		want = append(want, claimField(c.Epoch, name))
 	}
 	got, err := rdb.HKeys(ctx, s.key(pkA)).Result()
 	if err != nil {
@@ -59,12 +59,43 @@ func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("fields written (-decoder's +scripts'):\n%s", diff)
 	}
-	st, err := s.Load(ctx, []PartitionKey{pkA})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	if p := st[pkA]; p.Epoch != c.Epoch || p.Watermark != 1 || p.Fetched != 2 || p.Keys != 1 || p.Generation != 1 || p.Owner != "" ||
-		p.TopicID != "topic-id-1" {
+	// The released claim's counters no longer count: nothing is live.
+	if p := load(t, s, pkA); p.Epoch != c.Epoch || p.Watermark != 1 || p.Fetched != 2 || p.Keys != 0 || p.Generation != 1 || p.Owner != "" ||
+		p.TopicID != "topic-id-1" || len(p.Ranges) != 1 || p.Ranges[0].Epoch != c.Epoch || p.Ranges[0].Fetched != 2 {
 		t.Errorf("Load = %+v; want what the scripts wrote", p)
+	}
+}
+
+// The flush of every partition with one sharer runs each tick: it must
+// read a handful of fields with one HMGET, never a whole HASH nor another
+// claim's acked set.
+func TestFlushScriptReadsOnlyTheFieldsItNeeds(t *testing.T) {
+	for _, read := range []string{"HGETALL", "HVALS", "HKEYS", "HSCAN", `"HGET"`, "cf(p.e"} {
+		if strings.Contains(flushLua, read) {
+			t.Errorf("flush script contains %s; want one HMGET of the partition's fields and its own claim's", read)
+		}
+	}
+	if n := strings.Count(flushLua, `"HMGET"`); n != 2 {
+		t.Errorf("flush script has %d HMGET; want 2 (the second only after upgrading a legacy HASH)", n)
+	}
+}
+
+// A claim nothing refers to is deleted by the list of its fields the
+// scripts keep: it must be the list the decoder reads.
+func TestScriptsDeleteEveryFieldOfAClaim(t *testing.T) {
+	lua := map[string]string{}
+	for _, f := range scriptFields {
+		lua[f[1]] = f[0]
+	}
+	var want []string
+	for _, name := range claimFields {
+		want = append(want, "F."+lua[name])
+	}
+	start := strings.Index(libLua, "local function claimnames()")
+	open := strings.Index(libLua[start:], "{")
+	end := strings.Index(libLua[start:], "}")
+	got := strings.Split(libLua[start+open+1:start+end], ", ")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("claimnames (-claimFields +script):\n%s", diff)
 	}
 }

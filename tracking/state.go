@@ -4,47 +4,59 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/keyhook/keyhook/keyrange"
 
 	"github.com/keyhook/keyhook/tracking/offsets"
 	"github.com/redis/go-redis/v9"
 )
 
 // PartitionState is the stored tracking state of one partition, as the
-// status API shows it. Counts and times are as of the owner's last flush.
+// status API shows it. Counts and times are as of the claims' last
+// flushes. Several claims may share the partition, each over some hash
+// ranges; the fields sum them up and Ranges details them.
 type PartitionState struct {
 	// Topic and Partition name the partition within its subscription.
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
-	// Owner is the node that holds the partition, "" after a graceful
-	// release.
+	// Owner is the node whose claim holds the whole hash space; "" after
+	// a graceful release, or while the space is shared.
 	Owner string `json:"owner"`
-	// Epoch identifies the current ownership; every claim raises it.
+	// Epoch is the last epoch issued; every claim, and every release of
+	// some of a claim's ranges, raises it.
 	Epoch int64 `json:"epoch"`
-	// Generation is the Kafka group generation the owner claimed under.
+	// Generation is the Kafka group generation of the newest claim.
 	Generation int32 `json:"generation"`
-	// Watermark is the lowest offset not acked.
+	// Watermark is the merged watermark: every record below it was
+	// delivered, whatever its hash (the least of the ranges'); -1 while
+	// any range's is unknown.
 	Watermark int64 `json:"watermark"`
-	// Fetched is the next offset the owner will fetch.
+	// Fetched is the furthest next offset a claim will fetch.
 	Fetched int64 `json:"fetched"`
 	// Committed mirrors the last Kafka commit, -1 if none.
 	Committed int64 `json:"committed"`
-	// Pending counts fetched offsets at or above the watermark not acked.
+	// Pending counts fetched offsets at or above the watermarks not
+	// acked, over the live claims.
 	Pending int64 `json:"pending"`
 	// InFlight counts records being delivered to the endpoint.
 	InFlight int64 `json:"in_flight"`
 	// Keys counts the keys with a record in flight or queued.
 	Keys int64 `json:"keys"`
-	// AckedRanges are the acked offsets at or above the watermark, as
-	// half-open ranges; empty, not null, when there are none.
+	// AckedRanges are the offsets the stored claims acked at or above
+	// their watermarks, as half-open ranges; empty, not null, when there
+	// are none.
 	AckedRanges []offsets.Range `json:"acked_ranges"`
 	// Oldest is when the oldest pending record was dispatched; zero when
 	// nothing is pending.
 	Oldest time.Time `json:"oldest_pending,omitzero"`
-	// Claimed is when the current owner claimed the partition.
+	// Claimed is when the newest claim was made.
 	Claimed time.Time `json:"claimed,omitzero"`
-	// Updated is when the state was last claimed, flushed or released.
+	// Updated is when a claim was last made, flushed or released.
 	Updated time.Time `json:"updated"`
+	// Ranges are the stored pieces of the hash space, in hash order.
+	Ranges []RangeState `json:"ranges,omitempty"`
 	// Acked is the same offsets as AckedRanges, ready for set operations.
 	// Never nil.
 	Acked *offsets.Set `json:"-"`
@@ -52,6 +64,31 @@ type PartitionState struct {
 	// claim recorded it; "" when no claim knew it. Offsets of another ID
 	// are those of a deleted topic of the same name.
 	TopicID string `json:"-"`
+}
+
+// RangeState is one stored piece of a partition's hash space: the hashes
+// [Lo, Hi) and the claim they belong to.
+type RangeState struct {
+	Lo uint32 `json:"lo"`
+	Hi uint32 `json:"hi"`
+	// Owner is the node of the claim holding the range; "" when it was
+	// released or never claimed.
+	Owner string `json:"owner"`
+	// Epoch and Generation are the claim's; 0 when never claimed.
+	Epoch      int64 `json:"epoch"`
+	Generation int32 `json:"generation"`
+	// Watermark is what is known of the range: every record below it
+	// whose hash is in the range was delivered; -1 nothing known.
+	Watermark int64 `json:"watermark"`
+	// Fetched, Pending, InFlight and Keys are the claim's, as it last
+	// flushed them; the last three are 0 once the range is released.
+	Fetched  int64 `json:"fetched"`
+	Pending  int64 `json:"pending"`
+	InFlight int64 `json:"in_flight"`
+	Keys     int64 `json:"keys"`
+	// Claimed and Updated are the claim's times.
+	Claimed time.Time `json:"claimed,omitzero"`
+	Updated time.Time `json:"updated,omitzero"`
 }
 
 // Load reads the states of pks in one pipelined round trip. Partitions
@@ -91,41 +128,156 @@ func (s *Store) Load(ctx context.Context, pks []PartitionKey) (map[PartitionKey]
 }
 
 // decodeState turns a tracking HASH into a PartitionState. Fields a
-// freshly claimed partition has not written yet read as zero, and the
-// commit mirror as -1.
+// freshly made claim has not written yet read as zero, the commit mirror
+// as -1, and a range nothing is known of has watermark -1. A HASH of the
+// layout before range claims reads as one claim of the whole space, as
+// the scripts' upgrade rewrites it.
 func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
-	d := hashDecoder{h: h}
+	top := make(map[string]string)
+	byEpoch := make(map[int64]map[string]string)
+	for k, v := range h {
+		rest, ok := strings.CutPrefix(k, claimPrefix)
+		if !ok {
+			top[k] = v
+			continue
+		}
+		es, name, ok := strings.Cut(rest, ":")
+		e, err := strconv.ParseInt(es, 10, 64)
+		if !ok || err != nil {
+			return PartitionState{}, fmt.Errorf("field %s: not a claim's", k)
+		}
+		if byEpoch[e] == nil {
+			byEpoch[e] = make(map[string]string)
+		}
+		byEpoch[e][name] = v
+	}
+	d := hashDecoder{h: top}
 	st := PartitionState{
-		Topic:      pk.Topic,
-		Partition:  pk.Partition,
-		Owner:      h[fieldOwner],
-		Epoch:      d.int(fieldEpoch, 0),
-		Generation: int32(d.int(fieldGen, 0)),
-		Watermark:  d.int(fieldWatermark, 0),
-		Fetched:    d.int(fieldFetched, 0),
-		Committed:  d.int(fieldCommitted, -1),
-		Pending:    d.int(fieldPending, 0),
-		InFlight:   d.int(fieldInFlight, 0),
-		Keys:       d.int(fieldKeys, 0),
-		Oldest:     d.time(fieldOldest),
-		Claimed:    d.time(fieldClaimed),
-		Updated:    d.time(fieldUpdated),
-		Acked:      new(offsets.Set),
-		TopicID:    h[fieldTopicID],
+		Topic:     pk.Topic,
+		Partition: pk.Partition,
+		Epoch:     d.int(fieldEpoch, 0),
+		Committed: d.int(fieldCommitted, -1),
+		Acked:     new(offsets.Set),
+		TopicID:   top[fieldTopicID],
+	}
+	ps := unclaimed()
+	if p, ok := top[fieldPieces]; ok {
+		var err error
+		if ps, err = parsePieces(p); err != nil {
+			return PartitionState{}, fmt.Errorf("field %s: %w", fieldPieces, err)
+		}
+	}
+	if _, legacy := top[fieldGen]; legacy {
+		wm := max(d.int(fieldWatermark, -1), st.Committed)
+		if _, ok := top[fieldPieces]; ok {
+			wm = max(wm, mergedWatermark(ps))
+		}
+		c := make(map[string]string)
+		for _, name := range legacyClaimFields {
+			if v, ok := top[name]; ok {
+				c[name] = v
+			}
+		}
+		byEpoch = map[int64]map[string]string{st.Epoch: c}
+		ps = []piece{{lo: 0, hi: keyrange.Space, epoch: st.Epoch, released: top[fieldOwner] == "", watermark: wm}}
 	}
 	if d.err != nil {
 		return PartitionState{}, d.err
 	}
-	if b := h[fieldAcked]; b != "" {
-		if err := st.Acked.UnmarshalBinary([]byte(b)); err != nil {
-			return PartitionState{}, fmt.Errorf("field %s: %w", fieldAcked, err)
+
+	claims := make(map[int64]claimState, len(byEpoch))
+	var newest int64 = -1
+	for e, fields := range byEpoch {
+		c, err := decodeClaimState(fields)
+		if err != nil {
+			return PartitionState{}, fmt.Errorf("claim %d: %w", e, err)
 		}
+		claims[e] = c
+		st.Acked.Union(c.acked)
+		st.Fetched = max(st.Fetched, c.fetched)
+		if c.updated.After(st.Updated) {
+			st.Updated = c.updated
+		}
+	}
+	live := make(map[int64]bool)
+	for _, p := range ps {
+		if p.epoch != 0 && !p.released {
+			live[p.epoch] = true
+		}
+	}
+	// The newest claim is the newest live one, or else the newest stored.
+	for e, c := range claims {
+		if (live[e] && !live[newest]) || (live[e] == live[newest] && e > newest) {
+			newest = e
+			st.Generation, st.Claimed = c.gen, c.claimed
+		}
+	}
+	for e := range live {
+		c := claims[e]
+		st.Pending += c.pending
+		st.InFlight += c.inflight
+		st.Keys += c.keys
+		if !c.oldest.IsZero() && (st.Oldest.IsZero() || c.oldest.Before(st.Oldest)) {
+			st.Oldest = c.oldest
+		}
+		if len(live) == 1 && held(ps, e).IsFull() {
+			st.Owner = c.owner
+		}
+	}
+	st.Watermark = mergedWatermark(ps)
+	for _, p := range ps {
+		c := claims[p.epoch]
+		r := RangeState{Lo: p.lo, Hi: p.hi, Epoch: p.epoch, Generation: c.gen, Watermark: p.watermark,
+			Fetched: c.fetched, Claimed: c.claimed, Updated: c.updated}
+		if !p.released {
+			r.Owner, r.Pending, r.InFlight, r.Keys = c.owner, c.pending, c.inflight, c.keys
+		}
+		st.Ranges = append(st.Ranges, r)
 	}
 	st.AckedRanges = st.Acked.Ranges()
 	if st.AckedRanges == nil {
 		st.AckedRanges = []offsets.Range{}
 	}
 	return st, nil
+}
+
+// legacyClaimFields are the claim's fields the layout before range claims
+// kept at the top of the HASH.
+var legacyClaimFields = []string{fieldOwner, fieldGen, fieldAcked, fieldFetched, fieldPending, fieldInFlight,
+	fieldKeys, fieldOldest, fieldClaimed, fieldUpdated}
+
+// claimState is one stored claim's fields.
+type claimState struct {
+	owner                            string
+	gen                              int32
+	fetched, pending, inflight, keys int64
+	oldest, claimed, updated         time.Time
+	acked                            *offsets.Set
+}
+
+func decodeClaimState(h map[string]string) (claimState, error) {
+	d := hashDecoder{h: h}
+	c := claimState{
+		owner:    h[fieldOwner],
+		gen:      int32(d.int(fieldGen, 0)),
+		fetched:  d.int(fieldFetched, 0),
+		pending:  d.int(fieldPending, 0),
+		inflight: d.int(fieldInFlight, 0),
+		keys:     d.int(fieldKeys, 0),
+		oldest:   d.time(fieldOldest),
+		claimed:  d.time(fieldClaimed),
+		updated:  d.time(fieldUpdated),
+		acked:    new(offsets.Set),
+	}
+	if d.err != nil {
+		return claimState{}, d.err
+	}
+	if b := h[fieldAcked]; b != "" {
+		if err := c.acked.UnmarshalBinary([]byte(b)); err != nil {
+			return claimState{}, fmt.Errorf("field %s: %w", fieldAcked, err)
+		}
+	}
+	return c, nil
 }
 
 // hashDecoder parses HASH fields, keeping the first error.

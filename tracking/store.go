@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keyhook/keyhook/keyrange"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/keyhook/keyhook/internal/keyspace"
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking/offsets"
 	"github.com/redis/go-redis/v9"
 )
@@ -115,24 +115,38 @@ func (pk PartitionKey) String() string {
 	return pk.Subscription + "/" + pk.Topic + "/" + strconv.FormatInt(int64(pk.Partition), 10)
 }
 
-// Claim is what a new owner learns when it claims a partition.
+// Claim is what a new owner learns when it claims a partition, or some
+// hash ranges of it.
 type Claim struct {
-	// Epoch identifies this ownership; Flush and Release must present it.
+	// Epoch identifies this claim; Flush and Release must present it.
 	Epoch int64
-	// Acked holds the offsets the previous owners acked at or above their
-	// last flushed watermark; the new owner skips them. Never nil.
+	// Acked holds the offsets acked by the claims this one took pieces
+	// from (the union of their acked sets, true acks only: records
+	// delivered or dead-lettered, gaps, markers). Never nil.
 	Acked *offsets.Set
-	// Committed mirrors the last Kafka commit the previous owners made,
-	// -1 if none.
+	// Floors are the claimed hash ranges as the stored pieces cut them,
+	// in hash order, each with its watermark: every record below it whose
+	// hash is in the range was delivered (-1: nothing known).
+	Floors []Floor
+	// Committed mirrors the last Kafka commit the sharers made, -1 if
+	// none.
 	Committed int64
-	// PrevOwner is the node that owned the partition, "" if it released
-	// it gracefully or nobody ever did.
+	// PrevOwner is the node of a live claim this one took ranges from
+	// (the first in hash order), "" if they were released gracefully or
+	// nobody ever claimed them.
 	PrevOwner string
-	Floors    []Floor
 	// DiscardedTopicID is the topic ID of the offsets the claim dropped
 	// because they belonged to an earlier topic of the same name; "" when
 	// nothing was dropped.
 	DiscardedTopicID string
+}
+
+// Floor is a hash range and what is known of it: every record whose hash
+// is in Range and whose offset is below Watermark was delivered; -1 means
+// nothing is known.
+type Floor struct {
+	Range     keyrange.Range
+	Watermark int64
 }
 
 // Claim makes owner the owner of pk under a new epoch and returns the
@@ -146,7 +160,7 @@ type Claim struct {
 // Claiming a partition with no state creates it. Claim does not know the
 // topic's ID; see ClaimTopic.
 func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, generation int32) (Claim, error) {
-	return s.ClaimTopic(ctx, pk, owner, generation, "")
+	return s.ClaimRanges(ctx, pk, owner, generation, "", nil)
 }
 
 // ClaimTopic is Claim for a topic whose Kafka topic ID (KIP-516) the
@@ -155,36 +169,48 @@ func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, genera
 // reports their ID in DiscardedTopicID), and the state records topicID.
 // An empty topicID compares and records nothing, as Claim.
 func (s *Store) ClaimTopic(ctx context.Context, pk PartitionKey, owner string, generation int32, topicID string) (Claim, error) {
+	return s.ClaimRanges(ctx, pk, owner, generation, topicID, nil)
+}
+
+// ClaimRanges is ClaimTopic for part of the hash space (keyrange): the
+// claim takes the given ranges under a new epoch, whoever held them; nil,
+// empty or keyrange.Full() claim the whole partition.
+//
+// Fencing is decided per stored piece the ranges overlap, by Claim's
+// rule: ErrFenced, changing nothing, when the piece's live claim has a
+// newer generation and was updated less than Config.StaleClaim ago. A
+// live claim that loses any piece to this one is fenced: its next Flush,
+// Release or ReleaseRanges returns ErrFenced. The topic-ID rule of
+// ClaimTopic applies to the whole partition.
+func (s *Store) ClaimRanges(ctx context.Context, pk PartitionKey, owner string, generation int32, topicID string, ranges keyrange.Set) (Claim, error) {
 	if err := pk.validate(); err != nil {
 		return Claim{}, fmt.Errorf("tracking: claim: %w", err)
 	}
 	if owner == "" {
 		return Claim{}, fmt.Errorf("tracking: claim %s: empty owner", pk)
 	}
-	res, err := claimCmd.Run(ctx, s.rdb, []string{s.key(pk)}, owner, generation, s.staleMS, topicID).Slice()
+	rs, err := claimedRanges(ranges)
+	if err != nil {
+		return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
+	}
+	res, err := claimCmd.Run(ctx, s.rdb, []string{s.key(pk)}, owner, generation, s.staleMS, topicID, rs.String()).Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
 	}
 	switch status(res) {
 	case "ok":
-		if len(res) != 6 {
-			return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
+		c, blobs, err := decodeClaim(res)
+		if err != nil {
+			return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
 		}
-		epoch, ok1 := res[1].(int64)
-		acked, ok2 := res[2].(string)
-		committed, err := strconv.ParseInt(fmt.Sprint(res[3]), 10, 64)
-		prev, ok3 := res[4].(string)
-		discarded, ok4 := res[5].(string)
-		if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
-			return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
+		if blobs > 1 {
+			// The script stores a single taken-over set itself; a union
+			// must be computed here. Until it is stored (or should this
+			// write fail) the claim's first flush stores it: the window
+			// risks duplicates, never a loss, since the floors are stored.
+			_ = s.runMany(ctx, seedCmd, []scriptCall{{key: s.key(pk), args: []any{c.Epoch, c.Acked.AppendBinary(nil)}}})
 		}
-		set := new(offsets.Set)
-		if acked != "" {
-			if err := set.UnmarshalBinary([]byte(acked)); err != nil {
-				return Claim{}, fmt.Errorf("tracking: claim %s: stored acked offsets: %w", pk, err)
-			}
-		}
-		return Claim{Epoch: epoch, Acked: set, Committed: committed, PrevOwner: prev, DiscardedTopicID: discarded}, nil
+		return c, nil
 	case "fenced":
 		return Claim{}, fmt.Errorf("tracking: claim %s with generation %d: %w (generation %v held by %q, updated %vms ago)",
 			pk, generation, ErrFenced, at(res, 1), at(res, 2), at(res, 3))
@@ -193,16 +219,77 @@ func (s *Store) ClaimTopic(ctx context.Context, pk PartitionKey, owner string, g
 	}
 }
 
-// Flush is the owner's in-memory state of one partition, written to Redis
-// by Store.Flush.
+// claimedRanges normalises the ranges of a claim or flush: none means the
+// whole space.
+func claimedRanges(ranges keyrange.Set) (keyrange.Set, error) {
+	if len(ranges) == 0 {
+		return keyrange.Full(), nil
+	}
+	return keyrange.NewSet(ranges...)
+}
+
+// decodeClaim reads the claim script's "ok" reply, and says how many
+// non-empty acked sets it merged.
+func decodeClaim(res []any) (Claim, int, error) {
+	bad := fmt.Errorf("unexpected script reply %v", res)
+	if len(res) != 7 {
+		return Claim{}, 0, bad
+	}
+	epoch, ok1 := res[1].(int64)
+	blobs, ok2 := res[2].([]any)
+	committed, err := strconv.ParseInt(fmt.Sprint(res[3]), 10, 64)
+	prev, ok3 := res[4].(string)
+	discarded, ok4 := res[5].(string)
+	floors, ok5 := res[6].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || err != nil || len(floors)%3 != 0 {
+		return Claim{}, 0, bad
+	}
+	c := Claim{Epoch: epoch, Acked: new(offsets.Set), Committed: committed, PrevOwner: prev, DiscardedTopicID: discarded,
+		Floors: []Floor{}}
+	for _, b := range blobs {
+		str, ok := b.(string)
+		if !ok {
+			return Claim{}, 0, bad
+		}
+		var set offsets.Set
+		if err := set.UnmarshalBinary([]byte(str)); err != nil {
+			return Claim{}, 0, fmt.Errorf("stored acked offsets: %w", err)
+		}
+		c.Acked.Union(&set)
+	}
+	for i := 0; i < len(floors); i += 3 {
+		lo, ok1 := floors[i].(int64)
+		hi, ok2 := floors[i+1].(int64)
+		wm, ok3 := floors[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return Claim{}, 0, bad
+		}
+		// Neighbours cut from different claims may know the same.
+		if n := len(c.Floors); n > 0 && c.Floors[n-1].Range.Hi == uint32(lo) && c.Floors[n-1].Watermark == wm {
+			c.Floors[n-1].Range.Hi = uint32(hi)
+			continue
+		}
+		c.Floors = append(c.Floors, Floor{Range: keyrange.Range{Lo: uint32(lo), Hi: uint32(hi)}, Watermark: wm})
+	}
+	return c, len(blobs), nil
+}
+
+// Flush is the owner's in-memory state of one claim, written to Redis by
+// Store.Flush.
 type Flush struct {
 	// Epoch is the one Claim returned.
 	Epoch int64
-	// Acked holds the acked offsets at or above Watermark. Trim it
-	// (offsets.Set.TrimBelow) before flushing: offsets below the
-	// watermark only cost space. Nil means none.
+	// Ranges are the hash ranges the claim holds now: those it claimed
+	// less those it released. Nil or empty means the whole space.
+	Ranges keyrange.Set
+	// Acked holds the acked offsets at or above Watermark, true acks only
+	// (records delivered or dead-lettered, gaps, markers; never records
+	// skipped for being of other ranges). Trim it (offsets.Set.TrimBelow)
+	// before flushing: offsets below the watermark only cost space. Nil
+	// means none.
 	Acked *offsets.Set
-	// Watermark is the lowest offset not acked.
+	// Watermark is the lowest offset, at or above the claim's floors,
+	// whose record is in Ranges and not acked (or the fetch position).
 	Watermark int64
 	// Fetched is the next offset to fetch.
 	Fetched int64
@@ -217,12 +304,12 @@ type Flush struct {
 	// Oldest is when the oldest pending record was dispatched; zero if
 	// none is pending.
 	Oldest time.Time
-	Ranges keyrange.Set
 }
 
-// Flush writes f as pk's state in one round trip, iff f.Epoch is still the
-// current epoch. Otherwise nothing is written and it returns ErrFenced
-// (another owner claimed pk) or ErrStateLost (pk's key is gone).
+// Flush writes f as pk's state in one round trip, iff f.Epoch's claim
+// still holds exactly f.Ranges. Otherwise nothing is written and it
+// returns ErrFenced (a newer claim took some of its ranges) or
+// ErrStateLost (pk's key is gone).
 func (s *Store) Flush(ctx context.Context, pk PartitionKey, f Flush) error {
 	return s.FlushMany(ctx, []PartitionFlush{{Key: pk, Flush: f}})[0]
 }
@@ -233,6 +320,20 @@ type PartitionFlush struct {
 	Flush Flush
 }
 
+// FlushResult is the outcome of one write of FlushRanges.
+type FlushResult struct {
+	// Err is nil when the write was made.
+	Err error
+	// Watermark is the partition's merged watermark after the write: the
+	// least of every piece's (owned, released or never claimed), so every
+	// record below it was delivered, whatever its hash; -1 while any
+	// piece's is unknown.
+	Watermark int64
+	// Committed is the stored commit mirror after the write; it only
+	// grows (the highest commit any sharer reported).
+	Committed int64
+}
+
 // FlushMany writes every state of fs as Flush does, all in one pipelined
 // round trip under ctx's one deadline: a node writes all its partitions
 // per tick at the cost of one. Each write stands alone (a fenced or lost
@@ -240,14 +341,31 @@ type PartitionFlush struct {
 // of fs, in its order, nil for a write that was made.
 func (s *Store) FlushMany(ctx context.Context, fs []PartitionFlush) []error {
 	errs := make([]error, len(fs))
+	for i, r := range s.FlushRanges(ctx, fs) {
+		errs[i] = r.Err
+	}
+	return errs
+}
+
+// FlushRanges writes like FlushMany and also answers each partition's
+// merged state after its write: the watermark every sharer's acks add up
+// to, which a commit must not pass, and the commit mirror.
+func (s *Store) FlushRanges(ctx context.Context, fs []PartitionFlush) []FlushResult {
+	out := make([]FlushResult, len(fs))
 	var calls []scriptCall
 	var idx []int
 	for i, pf := range fs {
+		out[i] = FlushResult{Watermark: -1, Committed: -1}
 		if err := pf.Key.validate(); err != nil {
-			errs[i] = fmt.Errorf("tracking: flush: %w", err)
+			out[i].Err = fmt.Errorf("tracking: flush: %w", err)
 			continue
 		}
 		f := pf.Flush
+		rs, err := claimedRanges(f.Ranges)
+		if err != nil {
+			out[i].Err = fmt.Errorf("tracking: flush %s: %w", pf.Key, err)
+			continue
+		}
 		var acked []byte
 		if f.Acked != nil {
 			acked = f.Acked.AppendBinary(nil)
@@ -259,27 +377,59 @@ func (s *Store) FlushMany(ctx context.Context, fs []PartitionFlush) []error {
 			oldest = f.Oldest.UnixMilli()
 		}
 		calls = append(calls, scriptCall{key: s.key(pf.Key), args: []any{
-			f.Epoch, acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys}})
+			f.Epoch, rs.String(), acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys}})
 		idx = append(idx, i)
 	}
 	for j, res := range s.runMany(ctx, flushCmd, calls) {
 		i := idx[j]
 		pk, epoch := fs[i].Key, fs[i].Flush.Epoch
 		if res.err != nil {
-			errs[i] = fmt.Errorf("tracking: flush %s: %w", pk, res.err)
+			out[i].Err = fmt.Errorf("tracking: flush %s: %w", pk, res.err)
 			continue
 		}
-		errs[i] = fencedReply("flush", pk, epoch, res.reply)
+		if out[i].Err = fencedReply("flush", pk, epoch, res.reply); out[i].Err != nil {
+			continue
+		}
+		wm, ok1 := at(res.reply, 1).(int64)
+		committed, ok2 := at(res.reply, 2).(int64)
+		if !ok1 || !ok2 {
+			out[i].Err = fmt.Errorf("tracking: flush %s: unexpected script reply %v", pk, res.reply)
+			continue
+		}
+		out[i].Watermark, out[i].Committed = wm, committed
 	}
-	return errs
+	return out
 }
 
-// Release clears pk's owner after a graceful handover, iff epoch is still
-// the current epoch; the acked offsets and the epoch stay for the next
-// owner. It returns ErrFenced when another owner claimed pk, and
-// ErrStateLost when pk's key is gone; nothing is written then.
+// Release gives up every range of pk's claim of epoch after a graceful
+// handover: the ranges keep their watermarks and the claim's acked
+// offsets for the next owner. It returns ErrFenced when a newer claim took
+// some of its ranges, and ErrStateLost when pk's key is gone; nothing is
+// written then.
 func (s *Store) Release(ctx context.Context, pk PartitionKey, epoch int64) error {
 	return s.ReleaseMany(ctx, []PartitionRelease{{Key: pk, Epoch: epoch}})[0]
+}
+
+// ReleaseRanges gives up part of pk's claim of epoch after its owner
+// drained those ranges (answered what was in flight, flushed its acks):
+// they keep their watermarks and the claim's acked offsets for the next
+// owner, and the claim's ranges shrink, so its later flushes declare the
+// smaller set. Empty ranges release nothing. It returns ErrFenced when
+// the claim does not hold them all now, ErrStateLost when the key is
+// gone; nothing is written then.
+func (s *Store) ReleaseRanges(ctx context.Context, pk PartitionKey, epoch int64, ranges keyrange.Set) error {
+	if err := pk.validate(); err != nil {
+		return fmt.Errorf("tracking: release: %w", err)
+	}
+	rs, err := keyrange.NewSet(ranges...)
+	if err != nil {
+		return fmt.Errorf("tracking: release %s: %w", pk, err)
+	}
+	res := s.runMany(ctx, releaseCmd, []scriptCall{{key: s.key(pk), args: []any{epoch, rs.String()}}})[0]
+	if res.err != nil {
+		return fmt.Errorf("tracking: release %s: %w", pk, res.err)
+	}
+	return fencedReply("release", pk, epoch, res.reply)
 }
 
 // PartitionRelease is one partition's claim for ReleaseMany.
@@ -300,7 +450,7 @@ func (s *Store) ReleaseMany(ctx context.Context, rs []PartitionRelease) []error 
 			errs[i] = fmt.Errorf("tracking: release: %w", err)
 			continue
 		}
-		calls = append(calls, scriptCall{key: s.key(r.Key), args: []any{r.Epoch}})
+		calls = append(calls, scriptCall{key: s.key(r.Key), args: []any{r.Epoch, releaseAll}})
 		idx = append(idx, i)
 	}
 	for j, res := range s.runMany(ctx, releaseCmd, calls) {
@@ -313,6 +463,9 @@ func (s *Store) ReleaseMany(ctx context.Context, rs []PartitionRelease) []error 
 	}
 	return errs
 }
+
+// releaseAll asks releaseCmd for every range the claim holds.
+const releaseAll = "*"
 
 // scriptCall is one run of a single-key script in a pipeline.
 type scriptCall struct {

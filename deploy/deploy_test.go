@@ -1046,6 +1046,12 @@ func TestSelectorsAndReferencesResolve(t *testing.T) {
 		if tr.AuthenticationRef == nil || tr.AuthenticationRef.Name != ta.Metadata.Name {
 			t.Errorf("scaler authenticationRef does not name the TriggerAuthentication %q", ta.Metadata.Name)
 		}
+		// KEDA's Kafka scaler caps the replicas at the partition count
+		// unless idle consumers are allowed; keyhook's pods beyond it share
+		// partitions by key range, so they are not idle.
+		if m["allowIdleConsumers"] != "true" {
+			t.Errorf("scaler allowIdleConsumers %q: KEDA would cap the pods at the partition count, want \"true\"", m["allowIdleConsumers"])
+		}
 	}
 	for _, e := range auth.Env {
 		if e.ContainerName != k.container.Name {

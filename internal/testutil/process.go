@@ -114,6 +114,9 @@ func StartKeyhook(t testing.TB, name string, flags ...string) *Process {
 	return nil
 }
 
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Signal sends sig to the process (no-op once it exited).
 func (p *Process) Signal(sig syscall.Signal) {
 	select {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -31,6 +32,10 @@ type Delivery struct {
 	// Batch is the webhook-id of the batch request the record came in,
 	// empty for a request of its own.
 	Batch string
+	// Origin names the process that sent the request, as the sink's
+	// origin resolver (SetOrigin) said when its connection opened; empty
+	// without one.
+	Origin string
 }
 
 // TP names a partition.
@@ -55,15 +60,57 @@ type Sink struct {
 	deliveries []Delivery
 	acked      map[TP]map[int64]int
 	inFlight   int
+	inFlightBy map[string]int
+	// requests are the records of every request received, answered or
+	// abandoned by its sender (Status 0), for the overlap check.
+	requests [][]Delivery
+	// origin resolves a new connection's sender; origins holds the answer
+	// per open connection, by remote address.
+	origin  func(client, server net.Addr) string
+	origins map[string]string
 }
 
 // StartSink starts a sink on a loopback port, closed with the test.
 func StartSink(t testing.TB) *Sink {
-	s := &Sink{acked: make(map[TP]map[int64]int)}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s := &Sink{acked: make(map[TP]map[int64]int), origins: make(map[string]string), inFlightBy: make(map[string]int)}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.Config.ConnState = s.connState
+	s.srv.Start()
 	s.URL = s.srv.URL + "/hook"
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// SetOrigin makes the sink ask origin, for every connection it accepts
+// from then on, which process opened it; each delivery then names it
+// (Delivery.Origin), and the overlap check can tell the requests of a
+// process that died from the others. origin runs on the accept loop, while
+// the sender's socket still exists.
+func (s *Sink) SetOrigin(origin func(client, server net.Addr) string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.origin = origin
+}
+
+func (s *Sink) connState(c net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		s.mu.Lock()
+		origin := s.origin
+		s.mu.Unlock()
+		if origin == nil {
+			return
+		}
+		name := origin(c.RemoteAddr(), c.LocalAddr())
+		s.mu.Lock()
+		s.origins[c.RemoteAddr().String()] = name
+		s.mu.Unlock()
+	case http.StateClosed, http.StateHijacked:
+		// The client's port may be reused by another process.
+		s.mu.Lock()
+		delete(s.origins, c.RemoteAddr().String())
+		s.mu.Unlock()
+	}
 }
 
 func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
@@ -90,6 +137,10 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	d := ds[0]
 	s.mu.Lock()
 	s.inFlight++
+	for _, d := range ds {
+		d.Origin = s.origins[r.RemoteAddr]
+	}
+	s.inFlightBy[d.Origin]++
 	s.mu.Unlock()
 	if s.Latency != nil {
 		if l := s.Latency(d); l > 0 {
@@ -106,6 +157,18 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	end := time.Now()
 	s.mu.Lock()
 	s.inFlight--
+	s.inFlightBy[d.Origin]--
+	// An abandoned request (its sender gone or timed out) ends when the
+	// sink noticed; it is kept for the overlap check only.
+	req := make([]Delivery, len(ds))
+	for i, d := range ds {
+		req[i] = *d
+		req[i].End = end
+		if r.Context().Err() == nil {
+			req[i].Status = status
+		}
+	}
+	s.requests = append(s.requests, req)
 	if r.Context().Err() == nil {
 		for _, d := range ds {
 			d.Status, d.End = status, end
@@ -213,6 +276,14 @@ func (s *Sink) InFlight() int {
 	return s.inFlight
 }
 
+// InFlightFrom is the number of requests of origin (Delivery.Origin)
+// being answered right now.
+func (s *Sink) InFlightFrom(origin string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlightBy[origin]
+}
+
 // CompletedSince counts requests answered at or after t.
 func (s *Sink) CompletedSince(t time.Time) int {
 	s.mu.Lock()
@@ -292,5 +363,68 @@ func (s *Sink) Missing(tp TP, end int64) []int64 {
 			out = append(out, o)
 		}
 	}
+	return out
+}
+
+// Overlap is a request that reached the sink while an earlier request
+// carrying a record of the same key and partition was still unanswered:
+// two deliveries of one key in flight at once, which per-key order rules
+// out unless the earlier sender failed (a zombie's late request, or one a
+// dead node left behind).
+type Overlap struct {
+	TP  TP
+	Key string
+	// Earlier is the record of the request still in flight, Later the one
+	// that arrived meanwhile; Status is 0 for a request abandoned by its
+	// sender, and End is when the sink noticed.
+	Earlier, Later Delivery
+}
+
+func (o Overlap) String() string {
+	return fmt.Sprintf("%s/%d key %q: offset %d from %q sent at %s while offset %d from %q was in flight (%s to %s)",
+		o.TP.Topic, o.TP.Partition, o.Key, o.Later.Offset, o.Later.Origin, o.Later.Start.Format("15:04:05.000"),
+		o.Earlier.Offset, o.Earlier.Origin, o.Earlier.Start.Format("15:04:05.000"), o.Earlier.End.Format("15:04:05.000"))
+}
+
+// KeyOverlaps returns, over every request the sink received (answered or
+// abandoned, whatever its status, across every sender), each request that
+// arrived while an earlier one of the same key and partition was in
+// flight. Records of one key in one batch request are no overlap. Only
+// meaningful for orderings key and partition: ordering none sends a key's
+// records concurrently on purpose.
+func (s *Sink) KeyOverlaps() []Overlap {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	type lk struct {
+		tp  TP
+		key string
+	}
+	type visit struct {
+		d   Delivery
+		req int
+	}
+	byKey := make(map[lk][]visit)
+	for i, r := range s.requests {
+		for _, d := range r {
+			k := lk{TP{d.Topic, d.Partition}, d.Key}
+			byKey[k] = append(byKey[k], visit{d, i})
+		}
+	}
+	var out []Overlap
+	for k, vs := range byKey {
+		sort.SliceStable(vs, func(i, j int) bool { return vs[i].d.Start.Before(vs[j].d.Start) })
+		// open is the request of the key that ends last among those
+		// started so far.
+		open := -1
+		for i, v := range vs {
+			if open >= 0 && vs[open].req != v.req && v.d.Start.Before(vs[open].d.End) {
+				out = append(out, Overlap{TP: k.tp, Key: k.key, Earlier: vs[open].d, Later: v.d})
+			}
+			if open < 0 || v.d.End.After(vs[open].d.End) {
+				open = i
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Later.Start.Before(out[j].Later.Start) })
 	return out
 }

@@ -11,7 +11,11 @@
 //  3. the commit never moved backwards, never passed an offset that was
 //     not yet acked, dead-lettered or a gap, and reached every log end;
 //  4. duplicates within the bound the test's failures allow (0 without
-//     failures).
+//     failures); and, across every node, no request of a key sent while
+//     another of that key was in flight at the sink (an overlap), except
+//     after a failure, within the same bound — with several nodes sharing
+//     a partition by key range, per-key order also depends on a range
+//     never having two owners.
 //
 // Records carry their sequence number as {"seq":N} ([Record]), so the
 // verifier can also check the log against what producers were told.

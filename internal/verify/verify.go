@@ -49,6 +49,10 @@ type Subject struct {
 	Expected map[int64]bool
 	// Bound is how many duplicates the test's failures allow.
 	Bound int
+	// Failed names the senders (Delivery.Origin) that were killed or
+	// stopped: a request of theirs overlapping another of its key is a
+	// redelivery after a failure, not a broken lane.
+	Failed map[string]bool
 }
 
 // Outcome is what the verifier found; tests check more on it.
@@ -58,6 +62,11 @@ type Outcome struct {
 	Duplicates int
 	Bound      int
 	Overshoot  int64
+	// Overlaps counts the requests sent while another of their key was in
+	// flight at the sink, neither from a failed sender; FailureOverlaps
+	// those where one was (see Subject.Failed).
+	Overlaps        int
+	FailureOverlaps int
 	// Data are the committed data records of the topic (aborted records
 	// and control records are not in it).
 	Data map[OffsetKey]*kgo.Record
@@ -287,7 +296,43 @@ func (s Subject) Check(t testing.TB, ends map[int32]int64) Outcome {
 	if o.Duplicates > o.Bound {
 		t.Errorf("%d duplicates, want at most %d", o.Duplicates, o.Bound)
 	}
+
+	// Guarantees 2 and 4 across nodes: two requests of one key never in
+	// flight together, whichever nodes sent them, except after a failure,
+	// and then within its bound.
+	if s.KeyOrder {
+		plain, failure := ClassifyOverlaps(s.Sink.KeyOverlaps(), s.Failed)
+		o.Overlaps, o.FailureOverlaps = len(plain), len(failure)
+		switch {
+		case o.Bound == 0 && len(plain) > 0:
+			t.Errorf("%d requests sent while another of their key was in flight, without any failure; first: %v", len(plain), overlapHead(plain))
+		case len(plain)+len(failure) > o.Bound:
+			t.Errorf("%d requests sent while another of their key was in flight (%d involving a failed node), want at most %d; first: %v",
+				len(plain)+len(failure), len(failure), o.Bound, overlapHead(append(plain, failure...)))
+		}
+	}
 	return o
+}
+
+// ClassifyOverlaps splits overlaps into those between live senders and
+// those where a sender in failed (killed or stopped) sent either request.
+func ClassifyOverlaps(overlaps []testutil.Overlap, failed map[string]bool) (plain, failure []testutil.Overlap) {
+	for _, ov := range overlaps {
+		if failed[ov.Earlier.Origin] || failed[ov.Later.Origin] {
+			failure = append(failure, ov)
+		} else {
+			plain = append(plain, ov)
+		}
+	}
+	return plain, failure
+}
+
+func overlapHead(ovs []testutil.Overlap) []string {
+	var out []string
+	for _, ov := range ovs[:min(len(ovs), 5)] {
+		out = append(out, ov.String())
+	}
+	return out
 }
 
 // ReadTopic reads every partition of topic from its start up to ends, as

@@ -91,6 +91,32 @@ func writeChart(path string, r *results) error {
 	groupW := plotW / groups
 	for gi, s := range r.Scenarios {
 		x0 := left + gi*groupW
+		if len(s.Scenario.Nodes) > 0 {
+			// A scaling scenario: keyhook key once per node count, its
+			// settled rate, in shades of keyhook key's colour.
+			barW := (groupW - 20) / max(1, len(s.Runs))
+			for i, run := range s.Runs {
+				rate := run.Rate
+				if run.Shared != nil && run.Shared.SettledRate > 0 {
+					rate = run.Shared.SettledRate
+				}
+				bx := x0 + 10 + i*barW
+				if rate <= 0 {
+					continue
+				}
+				by := y(max(rate, math.Pow(10, lo10)))
+				fill(img, image.Rect(bx+1, by, bx+barW-1, top+plotH), nodeShade(i, len(s.Runs)))
+				label := compact(rate)
+				text(img, bx+(barW-7*len(label))/2, by-4, label, ink)
+				if run.Shared != nil {
+					nl := fmt.Sprintf("%dn", run.Shared.Nodes)
+					text(img, bx+(barW-7*len(nl))/2, top+plotH-6, nl, white)
+				}
+			}
+			name := "S" + s.ID
+			text(img, x0+(groupW-7*len(name))/2, top+plotH+20, name, ink)
+			continue
+		}
 		n := len(allContenders)
 		barW := (groupW - 20) / n
 		for ci, c := range allContenders {
@@ -107,7 +133,7 @@ func writeChart(path string, r *results) error {
 		name := "S" + s.ID
 		text(img, x0+(groupW-7*len(name))/2, top+plotH+20, name, ink)
 	}
-	text(img, left, top+plotH+50, "S1 50 ms, 8 partitions | S2a slow key | S2b hot key | S3 0 ms endpoint | S4 1 partition | S5 one record failing", ink)
+	text(img, left, top+plotH+50, "S1 50 ms, 8 partitions | S2a slow key | S2b hot key | S3 0 ms endpoint | S4 1 partition | S5 one record failing | S6 1 partition shared by 1-4 nodes (keyhook key, settled rate)", ink)
 	text(img, left, top+plotH+70, "serial contenders (baseline, keyhook partition) ran for a time cap; see results.md", ink)
 	if note := othersNote(r); note != "" {
 		text(img, left, top+plotH+85, note, ink)
@@ -121,6 +147,15 @@ func writeChart(path string, r *results) error {
 		text(img, lx+24, ly+12, c.Name, ink)
 	}
 	return savePNG(path, img)
+}
+
+// nodeShade is the colour of the i-th of n node counts of a scaling
+// scenario: keyhook key's blue, lighter for fewer nodes.
+func nodeShade(i, n int) color.RGBA {
+	base := contenderColors[cKey.Name]
+	f := 0.45 + 0.55*float64(i+1)/float64(max(1, n))
+	mix := func(c uint8) uint8 { return uint8(255 - f*float64(255-int(c))) }
+	return color.RGBA{mix(base.R), mix(base.G), mix(base.B), 0xff}
 }
 
 // othersNote says how fast keyhook key delivered the other keys where a

@@ -41,7 +41,10 @@ type childSpec struct {
 	Partitions int      `json:"partitions"`
 	// Group is the consumer group (baseline, ceiling B) or the
 	// subscription id (keyhook).
-	Group       string `json:"group"`
+	Group string `json:"group"`
+	// NodeID names a keyhook node; default "bench-<group>". Nodes sharing
+	// one subscription need names of their own.
+	NodeID      string `json:"node_id,omitempty"`
 	RedisAddr   string `json:"redis_addr,omitempty"`
 	SinkURL     string `json:"sink_url,omitempty"`
 	Ordering    string `json:"ordering,omitempty"`
@@ -85,6 +88,12 @@ type sample struct {
 	AttemptErrors int64 `json:"attempt_errors,omitempty"`
 	// Consumed counts the records a consumer read (ceiling B).
 	Consumed int64 `json:"consumed,omitempty"`
+	// KeyHashes sums the key hashes keyhook delivers over its partitions
+	// (keyhook.partition.key_hashes; 65,536 per whole partition), and
+	// NotOwned counts the records it read and left to another sharer
+	// (keyhook.records.not_owned).
+	KeyHashes int64 `json:"key_hashes,omitempty"`
+	NotOwned  int64 `json:"not_owned,omitempty"`
 }
 
 // childReport is what a child prints when it ends.

@@ -3,6 +3,7 @@
 //
 //	go run ./test/bench                      # every scenario, ~10–15 minutes on 2 cores
 //	go run ./test/bench -scenarios 1,3       # some of them (2 is 2a and 2b)
+//	go run ./test/bench -scenarios 6         # key-range sharing alone: 1 to 4 nodes on 1 partition
 //	go run ./test/bench -quick               # a CI-sized smoke run
 //	go run ./test/bench -records 20000       # override every scenario's record count
 //	go run ./test/bench -contenders key,ceiling-a -profile   # pprof of the keyhook runs
@@ -30,6 +31,13 @@
 //   - ceiling A: the same webhooks.Client posting the same requests with the
 //     same concurrency, without Kafka or Redis;
 //   - ceiling B: consuming the same records without HTTP.
+//
+// Scenario 6 is of another kind (sharing.go): keyhook key alone, on one
+// partition, run with 1, 2, 3 and 4 nodes, each node a child process of
+// its own in the subscription's consumer group, so that beyond one node
+// they share the partition by key range. Its rate is taken once every
+// node's key hashes settled (keyhook.partition.key_hashes), and compared
+// with linear scaling of the one-node rate (goal: 0.85×).
 //
 // The sink records, for every record, when it was first answered 2xx and
 // the end-to-end latency from the record's timestamp (carried in the body),

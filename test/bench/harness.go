@@ -96,6 +96,9 @@ type scenarioResult struct {
 }
 
 func (h *harness) runScenario(ctx context.Context, sc scenario) (*scenarioResult, error) {
+	if len(sc.Nodes) > 0 {
+		return h.runScaling(ctx, sc)
+	}
 	res := &scenarioResult{Scenario: sc, ID: sc.ID, Title: sc.Title}
 	d := newDataset(sc.Data)
 	h.logf("scenario %s: %s (%d records)", sc.ID, sc.Title, sc.Data.Records)

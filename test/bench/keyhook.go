@@ -90,8 +90,12 @@ func runKeyhook(ctx context.Context, spec childSpec, log *slog.Logger, out *chil
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
+	nodeID := spec.NodeID
+	if nodeID == "" {
+		nodeID = "bench-" + spec.Group
+	}
 	kh, err := app.Build(ctx, app.Config{
-		NodeID:                "bench-" + spec.Group,
+		NodeID:                nodeID,
 		Brokers:               spec.Brokers,
 		Roles:                 app.RoleDispatcher,
 		AllowPrivateEndpoints: true,
@@ -162,6 +166,8 @@ func readNodeGauges(ctx context.Context, r *sdkmetric.ManualReader, s *sample, w
 						}
 					case "keyhook.records.fetched":
 						fetched += dp.Value
+					case "keyhook.records.not_owned":
+						s.NotOwned += dp.Value
 					case "keyhook.deliveries":
 						if v, ok := dp.Attributes.Value("keyhook.outcome"); ok && v.AsString() != "aborted" {
 							acked += dp.Value
@@ -182,6 +188,8 @@ func readNodeGauges(ctx context.Context, r *sdkmetric.ManualReader, s *sample, w
 					s.InFlight += dp.Value
 				case "keyhook.partition.paused":
 					s.Paused += dp.Value
+				case "keyhook.partition.key_hashes":
+					s.KeyHashes += dp.Value
 				case "keyhook.watermark.distance":
 					s.MaxDistance = max(s.MaxDistance, dp.Value)
 					p := partitionOf(dp.Attributes)
@@ -190,7 +198,8 @@ func readNodeGauges(ctx context.Context, r *sdkmetric.ManualReader, s *sample, w
 			}
 		}
 	}
-	s.Held = max(0, fetched-acked)
+	// Records another sharer delivers are fetched and never acked here.
+	s.Held = max(0, fetched-acked-s.NotOwned)
 }
 
 func partitionOf(set attribute.Set) string {

@@ -77,6 +77,8 @@ type runResult struct {
 	// the bench used during the run: other work on a shared machine.
 	OthersCPU float64  `json:"others_cpu_share"`
 	Notes     []string `json:"notes,omitempty"`
+	// Shared holds a scaling run's numbers (scenario.Nodes).
+	Shared *sharedRun `json:"shared,omitempty"`
 }
 
 // measure turns the sink's and the child's records into the run's numbers.

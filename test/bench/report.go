@@ -242,6 +242,11 @@ func (r *results) evaluate() {
 			}
 		}
 	}
+	for _, s := range r.Scenarios {
+		if len(s.Scenario.Nodes) > 0 {
+			r.evaluateScaling(s)
+		}
+	}
 	if p := r.Paced; p != nil {
 		if p.P99 < 0 {
 			r.missing("1", "p99 e2e ≤ endpoint p99 + 20 ms at 50% load", "no record delivered")
@@ -332,7 +337,11 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	sc := s.Scenario
 	w("\n## Scenario %s: %s\n\n", s.ID, s.Title)
-	w("%d records, %d keys, %d partitions, %d-byte values, max_in_flight %d, endpoint %s", sc.Data.Records, sc.Data.Keys, sc.Partitions, sc.Data.ValueBytes, sc.MaxInFlight, sc.Sink.Latency)
+	perNode := ""
+	if len(sc.Nodes) > 0 {
+		perNode = " per node"
+	}
+	w("%d records%s, %d keys, %d partitions, %d-byte values, max_in_flight %d%s, endpoint %s", sc.Data.Records, perNode, sc.Data.Keys, sc.Partitions, sc.Data.ValueBytes, sc.MaxInFlight, perNode, sc.Sink.Latency)
 	if sc.Sink.ErrorRate > 0 {
 		w(", %.1f%% of attempts answered 503", 100*sc.Sink.ErrorRate)
 	}
@@ -350,7 +359,11 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 		}
 		xi := "–"
 		if id > 0 {
-			xi = fmt.Sprintf("%.2f", r.Rate/id)
+			n := 1
+			if r.Shared != nil {
+				n = r.Shared.Nodes // each node brings its own max_in_flight
+			}
+			xi = fmt.Sprintf("%.2f", r.Rate/(id*float64(n)))
 		}
 		keyhook := r.Contender.Mode == modeKeyhook
 		w("| %s | %s | %d/%d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n",
@@ -379,6 +392,9 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 			w("| %s | %d/%d | %s | %d/%d | %d | %s | %s |\n", r.Contender.Name, r.OthersDelivered, r.OthersTotal, num(r.OthersRate, 0),
 				r.FailKeyDone, r.FailKeyTotal, r.HeldByStall, orderCell(r), windows(r.PartitionWindow))
 		}
+	}
+	if len(sc.Nodes) > 0 {
+		scalingMarkdown(b, s)
 	}
 	if sc.Sink.FailRecord >= 0 {
 		if kh := s.run(cKey.Name); kh != nil && len(kh.TrackingSamples) > 0 {

@@ -54,6 +54,11 @@ type scenario struct {
 	// OthersDone ends a run once every record of the ordinary keys is
 	// delivered: the special key's records would take far longer.
 	OthersDone bool
+	// Nodes, when set, makes the scenario a scaling one (sharing.go): its
+	// one contender, keyhook key, runs once per node count, each node a
+	// process of its own in one consumer group, on Data.Records records
+	// per node.
+	Nodes []int
 	// Notes are printed under the scenario's table.
 	Notes []string
 }
@@ -79,22 +84,27 @@ type options struct {
 // sizes are the record counts and time caps of a run size.
 type sizes struct {
 	s1, s2, s3, s4, s5 int
-	cap, slowCap       time.Duration
-	s5Cap              time.Duration
-	failFor            time.Duration
-	paced              time.Duration
-	warmup             time.Duration
+	// s6 is scenario 6's records per node; s6Cap bounds each of its runs.
+	s6           int
+	s6Cap        time.Duration
+	cap, slowCap time.Duration
+	s5Cap        time.Duration
+	failFor      time.Duration
+	paced        time.Duration
+	warmup       time.Duration
 }
 
 var (
 	fullSizes = sizes{
 		s1: 200000, s2: 80000, s3: 300000, s4: 200000, s5: 100000,
+		s6: 60000, s6Cap: 60 * time.Second,
 		cap: 40 * time.Second, slowCap: 20 * time.Second,
 		s5Cap: 100 * time.Second, failFor: 60 * time.Second,
 		paced: 20 * time.Second, warmup: 2 * time.Second,
 	}
 	quickSizes = sizes{
 		s1: 3000, s2: 3000, s3: 5000, s4: 3000, s5: 3000,
+		s6: 3000, s6Cap: 20 * time.Second,
 		cap: 10 * time.Second, slowCap: 2 * time.Second,
 		s5Cap: 20 * time.Second, failFor: 5 * time.Second,
 		paced: 4 * time.Second, warmup: time.Second,
@@ -190,6 +200,22 @@ func buildScenarios(opts options) ([]scenario, error) {
 		"the other contenders' rates on this endpoint are in scenario 1.")
 	all = append(all, s5)
 
+	s6 := s1
+	s6.ID = "6"
+	s6.Title = "key-range sharing: 1 partition, 10,000 keys, endpoint " + lat.String() + ", max_in_flight 100 per node, 1 to 4 nodes"
+	s6.Partitions = 1
+	s6.MaxInFlight = 100
+	s6.Data = data(n(sz.s6))
+	s6.Nodes = []int{1, 2, 3, 4}
+	s6.Cap = sz.s6Cap
+	s6.Contenders = []contender{cKey}
+	s6.Notes = []string{
+		"Each node is a process of its own in the subscription's consumer group, with sharing auto (the default): beyond one node the partition is split by key hash, each node fetching the whole partition and delivering its ranges. " +
+			"Each run preloads its records per node times the node count, starts every node at once, and measures from the moment every node's key hashes stopped changing (the group settled) to the last 2xx or the cap: the settled rate. " +
+			"The rate over the whole run, group formation included, is the table's records/s.",
+	}
+	all = append(all, s6)
+
 	var out []scenario
 	for _, s := range all {
 		if !selected(opts.scenarios, s.ID) {
@@ -207,7 +233,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 		out = append(out, s)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("bench: -scenarios %q selects nothing (want some of 1,2,2a,2b,3,4,5)", strings.Join(opts.scenarios, ","))
+		return nil, fmt.Errorf("bench: -scenarios %q selects nothing (want some of 1,2,2a,2b,3,4,5,6)", strings.Join(opts.scenarios, ","))
 	}
 	return out, nil
 }

@@ -10,14 +10,20 @@
 // the broker of KEYHOOK_TEST_KAFKA_BROKERS (scripts/test.sh starts one) and
 // are skipped without it, except under CI=true where they fail. Each builds
 // a cluster (harness_test.go) — keyhook nodes, Redis, a sink, a subscription
-// on a 12-partition topic of its own — injects its fault, and ends with the
+// on a topic of its own, of 12 partitions unless the scenario asks for
+// fewer (the key-range sharing scenarios of sharing_test.go run several
+// nodes on one partition) — injects its fault, and ends with the
 // verifier (package internal/verify, shared with test/conformance), which
 // checks that nothing was lost, per-key order held, the commit never moved
 // backwards nor passed an offset that was not acked, dead-lettered or a
-// gap, the final commit reached every log end, and duplicates stayed
-// within the scenario's bound. Each prints one line:
+// gap, the final commit reached every log end, duplicates stayed within
+// the scenario's bound, and no request of a key reached the sink while
+// another of that key was in flight (an overlap; the sink tells the nodes
+// apart by the process owning each connection, so overlaps involving a
+// killed or stopped node count apart, within the bound). Each prints one
+// line:
 //
-//	scenario=<name> records=N lost=0 duplicates=D (bound B) max_commit_overshoot=0 wall=12.3s
+//	scenario=<name> records=N lost=0 duplicates=D (bound B) max_commit_overshoot=0 key_overlaps=0 (after a failure F) wall=12.3s
 //
 // To run them alone:
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,8 +27,9 @@ import (
 
 // Settings shared by every scenario on the real broker.
 const (
-	// faultPartitions is the partition count of every scenario's topic:
-	// more partitions than nodes, so each rebalance moves some of them.
+	// faultPartitions is the partition count of a scenario's topic unless
+	// it asks for another: more partitions than nodes, so each rebalance
+	// moves some of them.
 	faultPartitions = 12
 	// faultSession is the nodes' consumer group session timeout, the
 	// shortest a real broker accepts by default (group.min.session.timeout.ms).
@@ -53,6 +55,8 @@ const (
 type clusterConfig struct {
 	// nodes is how many keyhook processes start (default 3).
 	nodes int
+	// partitions is the topic's partition count (default faultPartitions).
+	partitions int
 	// brokers is the Kafka to use; default the shared real broker
 	// (testutil.RealKafka). Tests that restart the broker pass their own.
 	brokers []string
@@ -103,6 +107,9 @@ type cluster struct {
 	stopBG   context.CancelFunc
 
 	mu sync.Mutex
+	// failed names the processes killed or stopped: the verifier counts
+	// their requests' overlaps as redeliveries after a failure.
+	failed map[string]bool
 	// expected are the sequence numbers producers got acknowledged as
 	// committed data: the log must hold exactly these.
 	expected map[int64]bool
@@ -111,7 +118,7 @@ type cluster struct {
 	boundNotes []string
 }
 
-// newCluster creates the topic (12 partitions) and its dead-letter topic,
+// newCluster creates the topic (cfg.partitions) and its dead-letter topic,
 // starts Redis and the sink, stores the subscription, and starts the commit
 // sampler and the in-flight monitor. Nodes start with startNodes.
 func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
@@ -121,6 +128,9 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	}
 	if cfg.keys == 0 {
 		cfg.keys = 600
+	}
+	if cfg.partitions == 0 {
+		cfg.partitions = faultPartitions
 	}
 	if cfg.maxInFlight == 0 {
 		cfg.maxInFlight = 64
@@ -143,10 +153,11 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 		brokers:  brokers,
 		topic:    fmt.Sprintf("faults-%s-%d", name, time.Now().UnixNano()),
 		expected: make(map[int64]bool),
+		failed:   make(map[string]bool),
 	}
 	t.Logf("scenario %s: topic %s, random seed %d (%s replays its choices)", name, c.topic, seed, seedEnv)
 	c.dlq = c.topic + ".keyhook.dlq"
-	testutil.CreateTopics(t, brokers, faultPartitions, c.topic)
+	testutil.CreateTopics(t, brokers, int32(cfg.partitions), c.topic)
 	// The dead-letter topic is created up front, as an operator must:
 	// keyhook's client does not ask the broker to auto-create topics, so a
 	// missing dead-letter topic blocks its record's key (every write fails
@@ -165,6 +176,7 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	c.sink = testutil.StartSink(t)
 	c.sink.Latency = cfg.latency
 	c.sink.Status = cfg.status
+	c.sink.SetOrigin(c.origin)
 
 	c.sub = &subscription.Subscription{
 		Name:        name,
@@ -191,7 +203,7 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopBG = cancel
 	t.Cleanup(c.stopBackground)
-	c.sampler = verify.NewCommitSampler(c.adm, c.sub.GroupID(), c.topic, faultPartitions)
+	c.sampler = verify.NewCommitSampler(c.adm, c.sub.GroupID(), c.topic, int32(cfg.partitions))
 	c.inflight = &inflightMonitor{sink: c.sink}
 	c.bg.Add(2)
 	go func() {
@@ -259,7 +271,40 @@ func (c *cluster) startSlot(slot int) {
 	name := fmt.Sprintf("node%d-%d", slot, c.incarnation[slot])
 	p := testutil.StartKeyhook(c.t, name, c.flags...)
 	c.slots[slot] = p
+	c.mu.Lock()
 	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+}
+
+// origin names the process that opened a connection to the sink (the
+// sink's origin resolver): the requests do not say which node sent them.
+func (c *cluster) origin(client, server net.Addr) string {
+	c.mu.Lock()
+	procs := slices.Clone(c.procs)
+	c.mu.Unlock()
+	pids := make([]int, 0, len(procs))
+	for _, p := range procs {
+		if !p.Exited() {
+			pids = append(pids, p.Pid())
+		}
+	}
+	pid, ok := testutil.SocketOwner(client, server, pids)
+	if !ok {
+		return ""
+	}
+	for _, p := range procs {
+		if p.Pid() == pid {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// markFailed records that p was killed or stopped.
+func (c *cluster) markFailed(p *testutil.Process) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failed[p.Name] = true
 }
 
 // live returns the slots whose process runs.
@@ -281,6 +326,7 @@ func (c *cluster) kill(slot int) {
 	p := c.slots[slot]
 	at := time.Now()
 	inFlight := c.sink.InFlight()
+	c.markFailed(p)
 	p.Signal(syscall.SIGKILL)
 	unflushed := c.sink.CompletedSince(at.Add(-unflushedWindow))
 	if !p.Wait(10 * time.Second) {
@@ -318,7 +364,7 @@ func (c *cluster) addBound(n int, note string) {
 
 // partitionKeys names every partition's tracking state.
 func (c *cluster) partitionKeys() []tracking.PartitionKey {
-	pks := make([]tracking.PartitionKey, faultPartitions)
+	pks := make([]tracking.PartitionKey, c.cfg.partitions)
 	for p := range pks {
 		pks[p] = tracking.PartitionKey{Subscription: c.sub.ID, Topic: c.topic, Partition: int32(p)}
 	}
@@ -351,7 +397,7 @@ func (c *cluster) waitOwned(slot int, timeout time.Duration) {
 	waitFor(c.t, timeout, fmt.Sprintf("%s owns a partition and every partition has a live owner", name), func() bool {
 		owners := c.owners()
 		mine := false
-		for p := range int32(faultPartitions) {
+		for p := range int32(c.cfg.partitions) {
 			o := owners[p]
 			if !liveNames[o] {
 				return false

@@ -18,11 +18,12 @@ func (c *cluster) subject() verify.Subject {
 	defer c.mu.Unlock()
 	return verify.Subject{
 		Brokers: c.brokers, Adm: c.adm,
-		Topic: c.topic, Partitions: faultPartitions, DeadLetterTopic: c.dlq,
+		Topic: c.topic, Partitions: int32(c.cfg.partitions), DeadLetterTopic: c.dlq,
 		Group: c.sub.GroupID(), Sink: c.sink, Sampler: c.sampler,
 		KeyOrder: true,
 		Expected: maps.Clone(c.expected),
 		Bound:    c.bound,
+		Failed:   maps.Clone(c.failed),
 	}
 }
 
@@ -40,8 +41,8 @@ func (c *cluster) finish() verify.Outcome {
 	}
 	c.stopBackground()
 	o := c.subject().Check(t, ends)
-	t.Logf("scenario=%s records=%d lost=%d duplicates=%d (bound %d) max_commit_overshoot=%d wall=%.1fs",
-		c.name, o.Records, o.Lost, o.Duplicates, o.Bound, o.Overshoot, time.Since(c.started).Seconds())
+	t.Logf("scenario=%s records=%d lost=%d duplicates=%d (bound %d) max_commit_overshoot=%d key_overlaps=%d (after a failure %d) wall=%.1fs",
+		c.name, o.Records, o.Lost, o.Duplicates, o.Bound, o.Overshoot, o.Overlaps, o.FailureOverlaps, time.Since(c.started).Seconds())
 	for _, n := range c.boundNotes {
 		t.Logf("  bound: %s", n)
 	}
@@ -57,7 +58,7 @@ func (c *cluster) reportUnsettled(err error, ends, commits map[int32]int64) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v:", err)
 	states, _ := c.tracker.Load(context.Background(), c.partitionKeys())
-	for p := range int32(faultPartitions) {
+	for p := range int32(c.cfg.partitions) {
 		st := states[c.partitionKeys()[p]]
 		fmt.Fprintf(&b, "\n  partition %d: commit %d, log end %d; tracking: owner %q epoch %d watermark %d fetched %d pending %d in flight %d acked %v",
 			p, commits[p], ends[p], st.Owner, st.Epoch, st.Watermark, st.Fetched, st.Pending, st.InFlight, st.AckedRanges)

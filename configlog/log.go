@@ -51,8 +51,8 @@ type Config struct {
 	Topic string
 	// Interval is how often Run compares Redis with the log. Default 1s.
 	Interval time.Duration
-	// WriteTimeout bounds one Put or Delete, retries included. Default
-	// 10s.
+	// WriteTimeout bounds one Put or Delete, retries included. At least
+	// 1s; default 10s.
 	WriteTimeout time.Duration
 	// Logger receives what Run restores. Default slog.Default().
 	Logger *slog.Logger
@@ -69,8 +69,8 @@ func (c Config) Validate() error {
 	if c.Interval < 0 {
 		return fmt.Errorf("configlog: config: Interval %v must not be negative", c.Interval)
 	}
-	if c.WriteTimeout < 0 {
-		return fmt.Errorf("configlog: config: WriteTimeout %v must not be negative", c.WriteTimeout)
+	if c.WriteTimeout < 0 || (c.WriteTimeout > 0 && c.WriteTimeout < time.Second) {
+		return fmt.Errorf("configlog: config: WriteTimeout %v must be 0 (default %v) or at least 1s", c.WriteTimeout, DefaultWriteTimeout)
 	}
 	return nil
 }

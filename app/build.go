@@ -285,7 +285,7 @@ func (a *App) buildConfigLog(ctx context.Context, kafkaOpts []kgo.Opt) error {
 	ctx, cancel := context.WithTimeout(ctx, configTopicTimeout)
 	defer cancel()
 	if err := a.cfgLog.EnsureTopic(ctx); err != nil {
-		if errors.Is(err, configlog.ErrNotCompacted) {
+		if errors.Is(err, configlog.ErrTopicUnfit) {
 			return &FieldError{Field: "ConfigTopic", Err: err}
 		}
 		return fmt.Errorf("app: %w", err)

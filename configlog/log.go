@@ -40,9 +40,10 @@ const versionHeader = "keyhook-version"
 // acknowledge the write: the change must not be made elsewhere.
 var ErrUnavailable = errors.New("configlog: kafka did not acknowledge the write")
 
-// ErrNotCompacted is wrapped by EnsureTopic when the topic exists with a
-// cleanup policy that is not compact.
-var ErrNotCompacted = errors.New("configlog: topic is not compacted")
+// ErrTopicUnfit is wrapped by EnsureTopic when the topic exists but
+// cannot hold the log: its cleanup policy is not compact, or it has more
+// than one partition (the log is one ordered partition).
+var ErrTopicUnfit = errors.New("configlog: topic cannot hold the config log")
 
 // Config holds the Log's tunables. The zero value means defaults.
 type Config struct {
@@ -127,6 +128,8 @@ func New(opts []kgo.Opt, cfg Config) (*Log, error) {
 		// reordering one key's records.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
+		// The log is partition 0, whatever the key.
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RecordDeliveryTimeout(cfg.WriteTimeout),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: {0: kgo.NewOffset().AtStart()}}),
 	)
@@ -147,7 +150,8 @@ func (l *Log) Close() { l.cl.Close() }
 // cluster's default replication, cleanup.policy=compact and
 // delete.retention.ms of TombstoneRetention. An existing topic must be
 // compacted (a topic that deletes by age would lose entries nobody
-// changed for a while).
+// changed for a while) and have one partition; otherwise the error wraps
+// ErrTopicUnfit.
 func (l *Log) EnsureTopic(ctx context.Context) error {
 	configs := map[string]*string{
 		"cleanup.policy":      kadm.StringPtr("compact"),
@@ -159,6 +163,14 @@ func (l *Log) EnsureTopic(ctx context.Context) error {
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("configlog: create topic %q: %w", l.cfg.Topic, err)
+	}
+	topics, err := l.adm.ListTopics(ctx, l.cfg.Topic)
+	if err != nil {
+		return fmt.Errorf("configlog: describe topic %q: %w", l.cfg.Topic, err)
+	}
+	td, ok := topics[l.cfg.Topic]
+	if ok && td.Err == nil && len(td.Partitions) != 1 {
+		return fmt.Errorf("configlog: topic %q has %d partitions, want 1: %w", l.cfg.Topic, len(td.Partitions), ErrTopicUnfit)
 	}
 	described, err := l.adm.DescribeTopicConfigs(ctx, l.cfg.Topic)
 	if err != nil {
@@ -173,7 +185,7 @@ func (l *Log) EnsureTopic(ctx context.Context) error {
 	}
 	for _, c := range rc.Configs {
 		if c.Key == "cleanup.policy" && !strings.Contains(c.MaybeValue(), "compact") {
-			return fmt.Errorf("configlog: topic %q has cleanup.policy=%s: %w", l.cfg.Topic, c.MaybeValue(), ErrNotCompacted)
+			return fmt.Errorf("configlog: topic %q has cleanup.policy=%s, want compact: %w", l.cfg.Topic, c.MaybeValue(), ErrTopicUnfit)
 		}
 	}
 	return nil
@@ -207,10 +219,11 @@ func (l *Log) write(ctx context.Context, kind, id string, e Entry) error {
 
 func (l *Log) record(kind string, e Entry) *kgo.Record {
 	return &kgo.Record{
-		Topic:   l.cfg.Topic,
-		Key:     []byte(kind + "/" + e.ID),
-		Value:   e.Data,
-		Headers: []kgo.RecordHeader{{Key: versionHeader, Value: []byte(strconv.FormatInt(e.Version, 10))}},
+		Topic:     l.cfg.Topic,
+		Partition: 0,
+		Key:       []byte(kind + "/" + e.ID),
+		Value:     e.Data,
+		Headers:   []kgo.RecordHeader{{Key: versionHeader, Value: []byte(strconv.FormatInt(e.Version, 10))}},
 	}
 }
 

@@ -259,7 +259,7 @@ func TestRunAppendsTheWinnerAgainAfterAStaleRecord(t *testing.T) {
 	}
 }
 
-func TestEnsureTopicCreatesACompactedTopicAndRefusesAnotherPolicy(t *testing.T) {
+func TestEnsureTopicCreatesACompactedTopicAndRefusesAnUnfitOne(t *testing.T) {
 	ctx := context.Background()
 	brokers := testutil.Kfake(t, 1)
 	newLog(t, brokers)
@@ -288,8 +288,19 @@ func TestEnsureTopicCreatesACompactedTopicAndRefusesAnotherPolicy(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := l.EnsureTopic(ctx); !errors.Is(err, configlog.ErrNotCompacted) {
-		t.Errorf("EnsureTopic over a deleting topic: %v, want ErrNotCompacted", err)
+	if err := l.EnsureTopic(ctx); !errors.Is(err, configlog.ErrTopicUnfit) {
+		t.Errorf("EnsureTopic over a deleting topic: %v, want ErrTopicUnfit", err)
+	}
+	if _, err := adm.CreateTopic(ctx, 3, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, "wide"); err != nil {
+		t.Fatal(err)
+	}
+	wide, err := configlog.New([]kgo.Opt{kgo.SeedBrokers(brokers...)}, configlog.Config{Topic: "wide"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wide.Close()
+	if err := wide.EnsureTopic(ctx); !errors.Is(err, configlog.ErrTopicUnfit) {
+		t.Errorf("EnsureTopic over a topic of 3 partitions: %v, want ErrTopicUnfit", err)
 	}
 }
 

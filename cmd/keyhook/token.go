@@ -173,7 +173,7 @@ func openConfigLog(ctx context.Context, cmd string, brokers []string, kc connect
 	defer cancel()
 	if err := l.EnsureTopic(ctx); err != nil {
 		l.Close()
-		if errors.Is(err, configlog.ErrNotCompacted) {
+		if errors.Is(err, configlog.ErrTopicUnfit) {
 			return nil, flagError(cmd, "config-topic", err.Error())
 		}
 		return nil, fmt.Errorf("keyhook %s: %w", cmd, err)

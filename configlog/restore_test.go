@@ -379,3 +379,44 @@ func rollBack(t *testing.T, rdb *redis.Client, snapshot map[string]string) {
 		}
 	}
 }
+
+func TestAChangeRacingADeleteLeavesTheLogDeleted(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	a := w.create(t, "a")
+	other, err := subscription.New(w.rdb, subscription.Config{Log: w.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The delete lands between the change's read and its write: the
+	// change's record follows the delete's in the log.
+	_, err = w.subs.Update(ctx, a.ID, subscription.AnyVersion, func(s *subscription.Subscription) error {
+		if err := other.Delete(ctx, a.ID); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+		s.MaxInFlight = 5
+		return nil
+	})
+	if !errors.Is(err, subscription.ErrNotFound) {
+		t.Fatalf("Update racing a delete: %v, want ErrNotFound", err)
+	}
+	if r, ok := lastRecord(t, w.brokers, "subscription/"+a.ID); !ok || r.Value != nil {
+		t.Errorf("the log's last record of the subscription is %q (found %v); want the delete", lastValue(r), ok)
+	}
+	b := w.create(t, "b")
+	if err := w.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	w.restore(t)
+	waitFor(t, "b is restored after a flush", func() bool { return w.versions(t)[b.ID] == 1 })
+	if _, ok := w.versions(t)[a.ID]; ok {
+		t.Errorf("the deleted subscription came back")
+	}
+}
+
+func lastValue(r *kgo.Record) string {
+	if r == nil {
+		return ""
+	}
+	return string(r.Value)
+}

@@ -69,6 +69,22 @@ func (s *Store) relog(ctx context.Context, id string) {
 	_ = s.log.Put(ctx, LogKind, id, sub.Version, data)
 }
 
+// relogDeleted follows a change the log recorded, at version, for a
+// subscription a delete removed from Redis before the change reached it,
+// with the delete again: the delete's record may precede the change's in
+// the log, and the log must end deleted. A subscription gone without a
+// delete (a Redis that lost data) keeps the change: the restorer brings
+// the subscription back.
+func (s *Store) relogDeleted(ctx context.Context, id string, version int64) {
+	if s.log == nil {
+		return
+	}
+	if n, err := s.rdb.Exists(ctx, s.keys.SubscriptionDeleted(id)).Result(); err != nil || n == 0 {
+		return
+	}
+	_ = s.log.Delete(ctx, LogKind, id, version)
+}
+
 // Kind names subscriptions in the config log (configlog.Target).
 func (s *Store) Kind() string { return LogKind }
 

@@ -103,9 +103,10 @@ redis.call('PUBLISH', ARGV[4], ARGV[1])
 return {1, v}
 `
 
-// deleteScript removes a subscription.
+// deleteScript removes a subscription and marks it deleted for a minute.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[2]: the deleted marker (keyspace.SubscriptionDeleted).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if removed and published, 0 if there was no such id (nothing
@@ -114,14 +115,16 @@ var deleteScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
+redis.call('SET', KEYS[2], '1', 'EX', 60)
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return 1
 `)
 
 // deleteVersionScript removes a subscription if its stored version is the
-// expected one.
+// expected one, and marks it deleted for a minute.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[2]: the deleted marker (keyspace.SubscriptionDeleted).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
@@ -140,6 +143,7 @@ if v ~= tonumber(ARGV[2]) then
   return {-1, v}
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], '1', 'EX', 60)
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {1, v}
 `

@@ -235,7 +235,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if s.log != nil {
 		return s.deleteLogged(ctx, id, AnyVersion)
 	}
-	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, id, s.keys.SubscriptionsChanged()).Int()
+	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id)}, id, s.keys.SubscriptionsChanged()).Int()
 	if err != nil {
 		return fmt.Errorf("subscription: delete %q: %w", id, err)
 	}

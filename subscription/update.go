@@ -101,6 +101,7 @@ func (s *Store) Update(ctx context.Context, id string, expectedVersion int64, fn
 		case 1:
 			return next, nil
 		case 0:
+			s.relogDeleted(ctx, id, next.Version)
 			return nil, fmt.Errorf("subscription: update %q: %w", id, ErrNotFound)
 		}
 		s.relog(ctx, id)
@@ -201,7 +202,7 @@ func (s *Store) runVersioned(ctx context.Context, script *redis.Script, id strin
 		args = append(args, data)
 	}
 	args = append(args, s.keys.SubscriptionsChanged())
-	res, err := script.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, args...).Int64Slice()
+	res, err := script.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id)}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -491,6 +491,10 @@ func (refusingLog) Put(context.Context, string, string, int64, []byte) error {
 	return errors.New("configlog: kafka did not acknowledge the write")
 }
 
+func (refusingLog) Restate(context.Context, string, string, int64, []byte) error {
+	return errors.New("configlog: kafka did not acknowledge the write")
+}
+
 func (refusingLog) Delete(context.Context, string, string, int64) error {
 	return errors.New("configlog: kafka did not acknowledge the write")
 }

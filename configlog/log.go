@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -39,6 +40,12 @@ const versionHeader = "keyhook-version"
 // ErrUnavailable is wrapped by Put and Delete when Kafka did not
 // acknowledge the write: the change must not be made elsewhere.
 var ErrUnavailable = errors.New("configlog: kafka did not acknowledge the write")
+
+// ErrStale is wrapped by Put when the log already holds the entry at a
+// higher version, or deleted at the same one: the writer read a Redis
+// that is behind the log (lost data not yet restored). Nothing is
+// written.
+var ErrStale = errors.New("configlog: the log holds a newer version")
 
 // ErrTopicUnfit is wrapped by EnsureTopic when the topic exists but
 // cannot hold the log: its cleanup policy is not compact, or it has more
@@ -111,6 +118,36 @@ type Log struct {
 	cfg Config
 	cl  *kgo.Client
 	adm *kadm.Client
+
+	mu sync.Mutex
+	// known holds, per "<kind>/<id>", the version the log holds for the
+	// entry and whether it is deleted, as far as this process has read or
+	// written it: what Put checks a write against.
+	known map[string]mark
+}
+
+type mark struct {
+	version int64
+	deleted bool
+}
+
+// note records that the log holds e, read or written after what known
+// holds for it.
+func (l *Log) note(kind string, e Entry) {
+	key := kind + "/" + e.ID
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur, ok := l.known[key]; !ok || e.Version >= cur.version {
+		l.known[key] = mark{version: e.Version, deleted: e.Deleted()}
+	}
+}
+
+// stale reports whether the log holds kind/id past version.
+func (l *Log) stale(kind, id string, version int64) (mark, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, ok := l.known[kind+"/"+id]
+	return m, ok && (m.version > version || (m.version == version && m.deleted))
 }
 
 // New returns a Log over its own Kafka client, built from opts (seed
@@ -137,7 +174,7 @@ func New(opts []kgo.Opt, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configlog: kafka client: %w", err)
 	}
-	return &Log{cfg: cfg, cl: cl, adm: kadm.NewClient(cl)}, nil
+	return &Log{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), known: make(map[string]mark)}, nil
 }
 
 // Topic is the topic the log lives in.
@@ -193,11 +230,25 @@ func (l *Log) EnsureTopic(ctx context.Context) error {
 
 // Put records that the entry kind/id now has data at version, and
 // returns once Kafka acknowledged it (an error wrapping ErrUnavailable
-// otherwise).
+// otherwise). A version the log is known to have passed — a higher one,
+// or a delete at the same one, read by Run or written by this Log — is
+// refused with an error wrapping ErrStale: the change was computed from a
+// Redis that has not been restored yet.
 func (l *Log) Put(ctx context.Context, kind, id string, version int64, data []byte) error {
+	if m, stale := l.stale(kind, id, version); stale {
+		return fmt.Errorf("configlog: write %s/%s at version %d: the log holds version %d (deleted: %t): %w", kind, id, version, m.version, m.deleted, ErrStale)
+	}
 	if data == nil {
 		data = []byte{}
 	}
+	return l.write(ctx, kind, id, Entry{ID: id, Version: version, Data: data})
+}
+
+// Restate records again what Redis holds for kind/id — data at version —
+// after a change the log recorded lost its race in Redis to another one:
+// the winner's record must be the log's last. Unlike Put it is never
+// refused as stale: the loser's record is what made the log look ahead.
+func (l *Log) Restate(ctx context.Context, kind, id string, version int64, data []byte) error {
 	return l.write(ctx, kind, id, Entry{ID: id, Version: version, Data: data})
 }
 
@@ -214,6 +265,7 @@ func (l *Log) write(ctx context.Context, kind, id string, e Entry) error {
 	if err := l.cl.ProduceSync(ctx, l.record(kind, e)).FirstErr(); err != nil {
 		return fmt.Errorf("configlog: write %s/%s: %w: %w", kind, id, ErrUnavailable, err)
 	}
+	l.note(kind, e)
 	return nil
 }
 

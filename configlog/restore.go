@@ -226,6 +226,7 @@ func (l *Log) catchUp(ctx context.Context, st *state) error {
 			st.next = r.Offset + 1
 			if kind, e, ok := decode(r); ok {
 				st.apply(kind, e)
+				l.note(kind, e)
 			}
 		})
 	}

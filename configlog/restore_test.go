@@ -246,7 +246,7 @@ func TestRunAppendsTheWinnerAgainAfterAStaleRecord(t *testing.T) {
 	// A stale record after the delete (an adoption that raced it): the
 	// topic's last record for a must become the delete again, or
 	// compaction would keep the stale one.
-	if err := w.log.Put(ctx, subscription.LogKind, a.ID, 1, []byte(`{}`)); err != nil {
+	if err := w.log.Restate(ctx, subscription.LogKind, a.ID, 1, []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	w.restore(t)
@@ -384,7 +384,8 @@ func TestAChangeRacingADeleteLeavesTheLogDeleted(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	a := w.create(t, "a")
-	other, err := subscription.New(w.rdb, subscription.Config{Log: w.log})
+	// Another node, whose log this node's has not read yet.
+	other, err := subscription.New(w.rdb, subscription.Config{Log: newLog(t, w.brokers)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,4 +420,49 @@ func lastValue(r *kgo.Record) string {
 		return ""
 	}
 	return string(r.Value)
+}
+
+func TestPutRefusesAVersionTheLogHasPassed(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	const kind = "thing"
+	if err := w.log.Delete(ctx, kind, "x", 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		version int64
+		stale   bool
+	}{{2, true}, {3, true}, {4, false}, {4, false}, {3, true}} {
+		err := w.log.Put(ctx, kind, "x", tc.version, []byte("{}"))
+		if got := errors.Is(err, configlog.ErrStale); got != tc.stale || (!tc.stale && err != nil) {
+			t.Errorf("Put at version %d: %v; want stale %t", tc.version, err, tc.stale)
+		}
+	}
+	// Restate writes what Redis holds after a lost race, whatever the log
+	// looks like.
+	if err := w.log.Restate(ctx, kind, "x", 3, []byte("{}")); err != nil {
+		t.Errorf("Restate: %v", err)
+	}
+}
+
+func TestAChangeReadFromARolledBackRedisIsRefused(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	a := w.create(t, "a")
+	snapshot := dump(t, w.rdb)
+	if err := w.subs.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	rollBack(t, w.rdb, snapshot)
+	// Before any restorer ran, the rolled-back Redis shows a at version 1:
+	// a change of it must not bring it back.
+	_, err := w.subs.Update(ctx, a.ID, subscription.AnyVersion, func(s *subscription.Subscription) error { s.MaxInFlight = 3; return nil })
+	if !errors.Is(err, subscription.ErrVersionMismatch) {
+		t.Fatalf("Update of a deleted subscription in a rolled-back Redis: %v, want ErrVersionMismatch", err)
+	}
+	w.restore(t)
+	waitFor(t, "the rollback is undone", func() bool { return len(w.versions(t)) == 0 })
+	if r, ok := lastRecord(t, w.brokers, "subscription/"+a.ID); !ok || r.Value != nil {
+		t.Errorf("the log's last record of the subscription is %q (found %v); want the delete", lastValue(r), ok)
+	}
 }

@@ -3,6 +3,7 @@ package subscription
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/keyhook/keyhook/configlog"
@@ -15,6 +16,10 @@ import (
 type ConfigLog interface {
 	// Put records that kind/id has data at version.
 	Put(ctx context.Context, kind, id string, version int64, data []byte) error
+	// Restate records again what Redis holds for kind/id after a change
+	// the log recorded lost its race in Redis, so that the winner's record
+	// is the log's last.
+	Restate(ctx context.Context, kind, id string, version int64, data []byte) error
 	// Delete records that kind/id is deleted; version is above the last
 	// one it had.
 	Delete(ctx context.Context, kind, id string, version int64) error
@@ -30,6 +35,11 @@ func (s *Store) logPut(ctx context.Context, id string, version int64, data []byt
 		return nil
 	}
 	if err := s.log.Put(ctx, LogKind, id, version, data); err != nil {
+		if errors.Is(err, configlog.ErrStale) {
+			// Read from a Redis that lost data the log holds: another
+			// version is the truth, as after a concurrent change.
+			return fmt.Errorf("%w: %w", ErrVersionMismatch, err)
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -66,7 +76,7 @@ func (s *Store) relog(ctx context.Context, id string) {
 	if err != nil {
 		return
 	}
-	_ = s.log.Put(ctx, LogKind, id, sub.Version, data)
+	_ = s.log.Restate(ctx, LogKind, id, sub.Version, data)
 }
 
 // relogDeleted follows a change the log recorded, at version, for a

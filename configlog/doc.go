@@ -7,6 +7,9 @@
 // header; a delete is a tombstone (a null value) with the version that
 // deleted it. The write waits for every in-sync replica (acks=all, an
 // idempotent producer), so a change the API confirmed survives any Redis.
+// Put refuses a version the log is known to have passed (ErrStale): a
+// change computed from a Redis that is behind the log must not be
+// recorded as the latest.
 //
 // Log.Run, one per node, reads the topic from its start into memory and
 // keeps tailing it. Every interval it compares what Redis holds (through

@@ -148,9 +148,14 @@ func TestFaultRedisSentinelFailover(t *testing.T) {
 	op.createToken("before")
 	sleepFor(8 * time.Second)
 
-	// Writes the primary acknowledges from now on never reach the replica.
+	// Writes the primary acknowledges from now on never reach the replica:
+	// it is frozen and its link cut (what the primary had sent already
+	// waits in the replica's socket, and it applies it when it thaws).
 	if err := replica.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("freeze the replica: %v", err)
+	}
+	if err := c.rdb.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("cut the replication link: %v", err)
 	}
 	last := op.createSubscription("last-second")
 	op.createToken("last-second")

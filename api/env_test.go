@@ -226,6 +226,8 @@ type envOptions struct {
 	// brokenStore builds the store and node registry on a Redis that does
 	// not answer, while tokens still work: every route then fails inside.
 	brokenStore bool
+	// configLog, when set, is the store's config log.
+	configLog subscription.ConfigLog
 }
 
 func newEnv(t testing.TB) *env { return newEnvWith(t, envOptions{}) }
@@ -234,7 +236,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	t.Helper()
 	server := testutil.StartRedis(t)
 	rdb := server.Client()
-	subs, err := subscription.New(rdb, subscription.Config{})
+	subs, err := subscription.New(rdb, subscription.Config{Log: o.configLog})
 	if err != nil {
 		t.Fatal(err)
 	}

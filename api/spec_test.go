@@ -406,6 +406,32 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		body: strings.Replace(validBody, `["orders"]`, `["spec-starts"]`, 1)}, 503, false)
 	e.starts.fail(nil)
 
+	// 503 on every change while the config topic does not acknowledge it:
+	// the subscription, stored before, is left as it was.
+	refusing := newEnvWith(t, envOptions{configLog: refusingLog{}})
+	plain, err := subscription.New(refusing.rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := &subscription.Subscription{Name: "kept", Topics: []string{"orders"}, Endpoint: subscription.Endpoint{URL: endpoint.URL + "/hook"}}
+	if err := plain.Create(context.Background(), kept); err != nil {
+		t.Fatal(err)
+	}
+	keptPath := "/v1/subscriptions/" + kept.ID
+	mergeCT := map[string]string{"Content-Type": "application/merge-patch+json"}
+	c.send(refusing, req{method: "PUT", path: keptPath, token: refusing.writer, header: jsonCT, body: goodBody["PUT /v1/subscriptions/{id}"]}, 503, false)
+	c.send(refusing, req{method: "PATCH", path: keptPath, token: refusing.writer, header: mergeCT, body: goodBody["PATCH /v1/subscriptions/{id}"]}, 503, false)
+	c.send(refusing, req{method: "POST", path: keptPath + "/pause", token: refusing.writer}, 503, false)
+	c.send(refusing, req{method: "POST", path: keptPath + "/signing/rotate", token: refusing.writer, header: jsonCT, body: goodBody["POST /v1/subscriptions/{id}/signing/rotate"]}, 503, false)
+	c.send(refusing, req{method: "DELETE", path: keptPath, token: refusing.writer}, 503, false)
+	if _, err := plain.Update(context.Background(), kept.ID, subscription.AnyVersion, func(s *subscription.Subscription) error { s.Paused = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.send(refusing, req{method: "POST", path: keptPath + "/resume", token: refusing.writer}, 503, false)
+	if got, err := plain.Get(context.Background(), kept.ID); err != nil || got.Version != 2 {
+		t.Errorf("after refused changes the subscription is %+v, %v; want it as stored, version 2", got, err)
+	}
+
 	// Generated: every /v1 route without a token, with the wrong scope,
 	// on an unknown subscription, with a stale If-Match, an oversized or
 	// non-JSON body, and on a store that fails.
@@ -455,6 +481,22 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	if unseen := c.unseen(); len(unseen) > 0 {
 		t.Errorf("documented responses no real request produced (document only what happens):\n  %s", strings.Join(unseen, "\n  "))
 	}
+}
+
+// refusingLog is a config log that acknowledges nothing, as when Kafka
+// does not answer.
+type refusingLog struct{}
+
+func (refusingLog) Put(context.Context, string, string, int64, []byte) error {
+	return errors.New("configlog: kafka did not acknowledge the write")
+}
+
+func (refusingLog) Restate(context.Context, string, string, int64, []byte) error {
+	return errors.New("configlog: kafka did not acknowledge the write")
+}
+
+func (refusingLog) Delete(context.Context, string, string, int64) error {
+	return errors.New("configlog: kafka did not acknowledge the write")
 }
 
 func statusFixture(id string) *subscription.Status {

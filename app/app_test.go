@@ -153,7 +153,7 @@ func TestNodeDeliversThroughTheAPIAndStopsCleanly(t *testing.T) {
 func TestAPIClosesIdleConnections(t *testing.T) {
 	rdb := testutil.StartRedis(t).Client()
 	a, err := app.Build(context.Background(), app.Config{
-		NodeID: "node-idle", Brokers: []string{"127.0.0.1:1"}, HTTPAddr: "127.0.0.1:0", Roles: app.RoleAPI,
+		NodeID: "node-idle", Brokers: testutil.Kfake(t, 1), HTTPAddr: "127.0.0.1:0", Roles: app.RoleAPI,
 		APIIdleTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 	}, app.Deps{Redis: rdb})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyhook/keyhook/api"
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/control"
 	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
@@ -51,6 +52,7 @@ type App struct {
 	cfg Config
 	rdb redis.UniversalClient
 
+	cfgLog   *configlog.Log
 	tracker  *tracking.Store
 	redrives *deadletter.Queue
 	subs     *subscription.Store
@@ -108,10 +110,13 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 	if a.redrives, err = deadletter.NewQueue(a.rdb, deadletter.QueueConfig{}); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
-	if a.subs, err = subscription.New(a.rdb, subscription.Config{}); err != nil {
+	if err := a.buildConfigLog(ctx, kafkaOpts); err != nil {
+		return nil, err
+	}
+	if a.subs, err = subscription.New(a.rdb, subscription.Config{Log: a.cfgLog}); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
-	if a.tokens, err = auth.New(a.rdb, auth.Config{}); err != nil {
+	if a.tokens, err = auth.New(a.rdb, auth.Config{Log: a.cfgLog}); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	if cfg.BootstrapToken != "" {
@@ -259,6 +264,33 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		a.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: cfg.APIIdleTimeout}
 	}
 	return a, nil
+}
+
+// configTopicTimeout bounds the creation of the config topic at Build.
+const configTopicTimeout = 30 * time.Second
+
+// buildConfigLog connects the config log, whose topic holds every
+// subscription and token change, and makes sure the topic exists: the
+// stores record every change there before Redis, and Run rebuilds Redis
+// from it.
+func (a *App) buildConfigLog(ctx context.Context, kafkaOpts []kgo.Opt) error {
+	var err error
+	a.cfgLog, err = configlog.New(kafkaOpts, configlog.Config{
+		Topic: a.cfg.ConfigTopic, Interval: a.cfg.ConfigRestoreInterval, Logger: a.cfg.Logger,
+	})
+	if err != nil {
+		return &FieldError{Field: "ConfigTopic", Err: err}
+	}
+	a.closers = append(a.closers, a.cfgLog.Close)
+	ctx, cancel := context.WithTimeout(ctx, configTopicTimeout)
+	defer cancel()
+	if err := a.cfgLog.EnsureTopic(ctx); err != nil {
+		if errors.Is(err, configlog.ErrTopicUnfit) {
+			return &FieldError{Field: "ConfigTopic", Err: err}
+		}
+		return fmt.Errorf("app: %w", err)
+	}
+	return nil
 }
 
 // flushTelemetry gives pending spans a few seconds to leave.

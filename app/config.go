@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -115,6 +116,14 @@ type Config struct {
 	// Default the webhooks defaults.
 	Retry webhooks.RetryPolicy
 
+	// ConfigTopic is the compacted Kafka topic that records every
+	// subscription and token change, from which Redis is rebuilt; Build
+	// creates it when missing. Default "_keyhook_config".
+	ConfigTopic string
+	// ConfigRestoreInterval is how often the node compares Redis with the
+	// config topic and writes back what Redis lost. Default 1s.
+	ConfigRestoreInterval time.Duration
+
 	// TracesExporter is none, otlp or console; empty defers to
 	// OTEL_TRACES_EXPORTER, then none.
 	TracesExporter string
@@ -172,6 +181,7 @@ func (c Config) Validate() error {
 		{"CommitInterval", c.CommitInterval}, {"DrainTimeout", c.DrainTimeout},
 		{"SessionTimeout", c.SessionTimeout}, {"ResyncInterval", c.ResyncInterval},
 		{"TelemetryFlushTimeout", c.TelemetryFlushTimeout},
+		{"ConfigRestoreInterval", c.ConfigRestoreInterval},
 	} {
 		if d.v < 0 {
 			return fieldError(d.name, "is %v, must not be negative", d.v)
@@ -188,6 +198,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxIdleConnsPerHost < 0 {
 		return fieldError("MaxIdleConnsPerHost", "is %d, must not be negative", c.MaxIdleConnsPerHost)
+	}
+	if err := (configlog.Config{Topic: c.ConfigTopic}).Validate(); err != nil {
+		return &FieldError{Field: "ConfigTopic", Err: err}
 	}
 	if err := c.Retry.Validate(); err != nil {
 		return &FieldError{Field: "Retry", Err: err}

@@ -1,6 +1,7 @@
-// Package app wires one keyhook node from one Config: the tracking,
-// subscription and token stores, the node registry, telemetry, the webhook
-// clients and their limiters, the dispatcher, the operator's admin, the
+// Package app wires one keyhook node from one Config: the config log
+// (the topic every subscription and token change is recorded in, and
+// Redis rebuilt from), the tracking, subscription and token stores, the
+// node registry, telemetry, the webhook clients and their limiters, the dispatcher, the operator's admin, the
 // status reader, the webhook tester, the REST API and its HTTP server.
 //
 // Every binary and test that runs a node goes through [Build]: `keyhook

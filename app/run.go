@@ -53,9 +53,11 @@ func (t *task) stop() error {
 //  2. the dispatcher stops fetching, drains in-flight deliveries
 //     (Config.DrainTimeout per partition), flushes acks to Redis, commits
 //     the watermarks and leaves its consumer groups;
-//  3. the registry removes this node's entry, so it stops being listed
+//  3. the config log's restorer stops, once nothing of this node
+//     changes a subscription any more;
+//  4. the registry removes this node's entry, so it stops being listed
 //     only once it owns nothing;
-//  4. the admin and Kafka clients close and pending spans are flushed
+//  5. the admin and Kafka clients close and pending spans are flushed
 //     (Config.TelemetryFlushTimeout).
 //
 // The caller's Redis client and Kafka options are still in use until Run
@@ -78,6 +80,10 @@ func (a *App) Run(ctx context.Context) error {
 		clean = a.cleaner.Run
 		log.Info("api listening", "addr", a.APIAddr())
 	}
+	// The config log's restorer runs on every node, whatever its roles:
+	// a Redis that lost subscriptions or tokens is rebuilt within
+	// Config.ConfigRestoreInterval by whichever node looks first.
+	restorer := start(func(ctx context.Context) error { return a.cfgLog.Run(ctx, a.subs, a.tokens) }, fail)
 	node := start(runNode, fail)
 	apiTask := start(serveAPI, fail)
 	cleaner := start(clean, fail)
@@ -86,7 +92,7 @@ func (a *App) Run(ctx context.Context) error {
 		"api", a.cfg.Roles.Has(RoleAPI), "dispatcher", a.cfg.Roles.Has(RoleDispatcher))
 
 	<-ctx.Done()
-	errs := []error{apiTask.stop(), cleaner.stop(), node.stop(), registry.stop()}
+	errs := []error{apiTask.stop(), cleaner.stop(), node.stop(), restorer.stop(), registry.stop()}
 	log.Info("keyhook node stopped", "node", a.cfg.NodeID)
 	if parent.Err() == nil {
 		// A component failed: its error is why the node stopped.

@@ -72,3 +72,66 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], h)
 return 1
 `)
+
+// restoreScript writes a token from the config log unless Redis holds it
+// at the same version or above, or holds a newer token under its name.
+// An older token under its name is replaced (and so revoked).
+//
+// KEYS[1]: the tokens hash (keyspace.Tokens).
+// KEYS[2]: the names hash (keyspace.TokenNames).
+// KEYS[3]: the last-used hash (keyspace.TokenLastUsed).
+// ARGV[1]: the token hash.
+// ARGV[2]: the name.
+// ARGV[3]: the Token JSON.
+// ARGV[4]: the version to restore.
+// Result: 1 if stored, 0 otherwise (nothing changed).
+var restoreScript = redis.NewScript(`
+local function version(rec)
+  return tonumber(cjson.decode(rec)['version']) or 0
+end
+local want = tonumber(ARGV[4])
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and version(cur) >= want then
+  return 0
+end
+local other = redis.call('HGET', KEYS[2], ARGV[2])
+if other and other ~= ARGV[1] then
+  local rec = redis.call('HGET', KEYS[1], other)
+  if rec then
+    if version(rec) > want then
+      return 0
+    end
+    redis.call('HDEL', KEYS[1], other)
+    redis.call('HDEL', KEYS[3], other)
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
+return 1
+`)
+
+// removeScript removes a token the config log revoked unless Redis holds
+// it at the revocation's version or above.
+//
+// KEYS[1]: the tokens hash (keyspace.Tokens).
+// KEYS[2]: the names hash (keyspace.TokenNames).
+// KEYS[3]: the last-used hash (keyspace.TokenLastUsed).
+// ARGV[1]: the token hash.
+// ARGV[2]: the revocation's version.
+// Result: 1 if removed, 0 otherwise (nothing changed).
+var removeScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then
+  return 0
+end
+local tok = cjson.decode(cur)
+if (tonumber(tok['version']) or 0) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+if redis.call('HGET', KEYS[2], tok['name']) == ARGV[1] then
+  redis.call('HDEL', KEYS[2], tok['name'])
+end
+return 1
+`)

@@ -64,6 +64,10 @@ type Token struct {
 	// nil when never used. It is best effort: a failed write of it does
 	// not fail the request that used the token.
 	LastUsed *time.Time `json:"last_used,omitempty"`
+	// Version orders the changes of the token in the config log: the
+	// time it was stored, in Unix milliseconds. Tokens stored before
+	// versions existed have 0.
+	Version int64 `json:"version,omitempty"`
 }
 
 // Allows reports whether the token carries scope s, directly or through
@@ -92,6 +96,11 @@ type Config struct {
 	// one Redis. It must not contain '{' or '}', which would move the
 	// Redis Cluster hash tag. Default "keyhook".
 	Prefix string
+	// Log, when not nil, records every token change before it is made in
+	// Redis (a configlog.Log), so that a Redis that loses data can be
+	// rebuilt from it and never brings a revoked token back; a change it
+	// refuses fails and leaves Redis unchanged. Default nil: Redis only.
+	Log ConfigLog
 }
 
 // Validate reports the first invalid field of c. Zero fields are valid:
@@ -110,6 +119,7 @@ func (c Config) Validate() error {
 type Store struct {
 	rdb  redis.UniversalClient
 	keys keyspace.Keyspace
+	log  ConfigLog
 	now  func() time.Time
 
 	mu sync.Mutex
@@ -128,7 +138,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, now: time.Now, recorded: make(map[string]time.Time)}, nil
+	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, log: cfg.Log, now: time.Now, recorded: make(map[string]time.Time)}, nil
 }
 
 // hashSecret is the stored identity of a token: its SHA-256, in hex. A
@@ -154,9 +164,29 @@ func (s *Store) Create(ctx context.Context, name string, scopes []Scope) (string
 		return "", Token{}, fmt.Errorf("auth: create: encode: %w", err)
 	}
 	secret := Generate()
-	res, err := createScript.Run(ctx, s.rdb, []string{s.keys.Tokens(), s.keys.TokenNames()}, hashSecret(secret), name, data).Int()
+	h := hashSecret(secret)
+	if s.log != nil {
+		// A taken name is refused before the log records a token that
+		// Redis would refuse.
+		taken, err := s.rdb.HExists(ctx, s.keys.TokenNames(), name).Result()
+		if err != nil {
+			return "", Token{}, fmt.Errorf("auth: create: %w", err)
+		}
+		if taken {
+			return "", Token{}, fmt.Errorf("auth: create %q: %w", name, ErrNameTaken)
+		}
+		if err := s.logPut(ctx, h, tok.Version, data); err != nil {
+			return "", Token{}, fmt.Errorf("auth: create: %w", err)
+		}
+	}
+	res, err := createScript.Run(ctx, s.rdb, []string{s.keys.Tokens(), s.keys.TokenNames()}, h, name, data).Int()
 	if err != nil {
 		return "", Token{}, fmt.Errorf("auth: create: %w", err)
+	}
+	if res != 1 && s.log != nil {
+		// The name was taken between the check and the script: the
+		// token the log recorded never existed.
+		s.logUndo(ctx, h, tok.Version)
 	}
 	switch res {
 	case 1:
@@ -189,8 +219,15 @@ func (s *Store) Ensure(ctx context.Context, name, secret string, scopes []Scope)
 	if err != nil {
 		return false, fmt.Errorf("auth: ensure: encode: %w", err)
 	}
+	h := hashSecret(secret)
+	if s.log != nil {
+		done, err := s.logEnsure(ctx, name, h, tok, data)
+		if err != nil || done {
+			return false, err
+		}
+	}
 	res, err := ensureScript.Run(ctx, s.rdb, []string{s.keys.Tokens(), s.keys.TokenNames(), s.keys.TokenLastUsed()},
-		hashSecret(secret), name, data).Int()
+		h, name, data).Int()
 	if err != nil {
 		return false, fmt.Errorf("auth: ensure %q: %w", name, err)
 	}
@@ -276,6 +313,11 @@ func (s *Store) List(ctx context.Context) ([]Token, error) {
 // Revoke removes the token named name: it stops authenticating at once,
 // on every node. An unknown name gives an error wrapping ErrNotFound.
 func (s *Store) Revoke(ctx context.Context, name string) error {
+	if s.log != nil {
+		if err := s.logRevoke(ctx, name); err != nil {
+			return err
+		}
+	}
 	res, err := revokeScript.Run(ctx, s.rdb, []string{s.keys.Tokens(), s.keys.TokenNames(), s.keys.TokenLastUsed()}, name).Int()
 	if err != nil {
 		return fmt.Errorf("auth: revoke %q: %w", name, err)
@@ -299,7 +341,8 @@ func (s *Store) newRecord(name string, scopes []Scope) (Token, error) {
 			return Token{}, fmt.Errorf("token %q: unknown scope %q; known: %s", name, sc, knownList())
 		}
 	}
-	return Token{Name: name, Scopes: normalizeScopes(scopes), CreatedAt: s.now().UTC().Truncate(time.Millisecond)}, nil
+	now := s.now().UTC().Truncate(time.Millisecond)
+	return Token{Name: name, Scopes: normalizeScopes(scopes), CreatedAt: now, Version: now.UnixMilli()}, nil
 }
 
 func nameProblem(name string) string {

@@ -30,7 +30,7 @@ func TestCreateStoresOnlyAHashAndAuthenticates(t *testing.T) {
 	if !tokenPattern.MatchString(secret) {
 		t.Errorf("token %q does not match %s", secret, tokenPattern)
 	}
-	want := Token{Name: "ci", Scopes: []Scope{ScopeRead, ScopeWrite}, CreatedAt: now}
+	want := Token{Name: "ci", Scopes: []Scope{ScopeRead, ScopeWrite}, CreatedAt: now, Version: now.UnixMilli()}
 	if diff := cmp.Diff(want, tok); diff != "" {
 		t.Errorf("record (-want +got):\n%s", diff)
 	}
@@ -105,8 +105,8 @@ func TestListShowsRecordsAndLastUseAndRevokeStopsAToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Token{
-		{Name: "a-admin", Scopes: []Scope{ScopeAdmin}, CreatedAt: now},
-		{Name: "b-reader", Scopes: []Scope{ScopeRead}, CreatedAt: now, LastUsed: &now},
+		{Name: "a-admin", Scopes: []Scope{ScopeAdmin}, CreatedAt: now, Version: now.UnixMilli()},
+		{Name: "b-reader", Scopes: []Scope{ScopeRead}, CreatedAt: now, LastUsed: &now, Version: now.UnixMilli()},
 	}
 	if diff := cmp.Diff(want, list); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)

@@ -7,7 +7,11 @@
 // one step: Create (optionally idempotent, recording the request, without
 // its secrets, under the caller's key for 24 hours in the same step),
 // Update and Replace (a compare-and-set on the version, which counts
-// changes), Delete and DeleteVersion. Page reads the set in a stable order
+// changes), Delete and DeleteVersion. With a config log (Config.Log) every
+// change is recorded there first, and a change the log refuses is not
+// made; the Store is also the log's Target for subscriptions
+// (SnapshotEntries, RestoreEntry, RemoveEntry), through which a Redis that
+// lost subscriptions is rebuilt by version. Page reads the set in a stable order
 // with stateless cursors. The package also defines the shapes the API
 // exchanges with the control and deadletter packages for operations on a
 // subscription's Kafka side (SeekRequest, SeekResult, DeadLetter,

@@ -61,6 +61,21 @@ func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, req Ide
 	}
 	recordKey := s.keys.Idempotency(req.Caller, req.Key)
 	reserved := reservedID(c.ID)
+	// With a config log, a repeated request must not record a create
+	// that Redis then refuses: look for its record first.
+	logged := false
+	if s.log != nil {
+		n, err := s.rdb.Exists(ctx, recordKey).Result()
+		if err != nil {
+			return false, fmt.Errorf("subscription: create: %w", err)
+		}
+		if n == 0 {
+			if err := s.checkReserved(ctx, c.ID, reserved); err != nil {
+				return false, err
+			}
+			logged = true
+		}
+	}
 	for range createAttempts {
 		if !reserved {
 			c.ID = newID()
@@ -72,6 +87,11 @@ func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, req Ide
 		record, err := json.Marshal(c.Redacted())
 		if err != nil {
 			return false, fmt.Errorf("subscription: create: encode: %w", err)
+		}
+		if logged {
+			if err := s.logPut(ctx, c.ID, c.Version, data); err != nil {
+				return false, fmt.Errorf("subscription: create: %w", err)
+			}
 		}
 		res, err := createIdempotentScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), recordKey},
 			c.ID, data, s.keys.SubscriptionsChanged(), req.Fingerprint+"\n"+string(record), s.idempotencyTTL.Milliseconds()).Slice()
@@ -87,6 +107,11 @@ func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, req Ide
 			*sub = c
 			return false, nil
 		case 2:
+			if logged {
+				// A twin request won the race between the look-up and
+				// the script: the create recorded here never happened.
+				_ = s.logDelete(ctx, c.ID, c.Version)
+			}
 			fp, first, ok := strings.Cut(stored, "\n")
 			if !ok {
 				return false, fmt.Errorf("subscription: create: idempotency record is malformed")

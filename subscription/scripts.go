@@ -29,10 +29,13 @@ var fieldsLua = "local F = {version = " + strconv.Quote(versionField) + "}\n"
 // ARGV[2]: the subscription JSON.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if stored and published, 0 if the id already exists (nothing
-// changed).
+// changed). The id holding exactly ARGV[2] already counts as stored: the
+// config log's restorer may have written the change first.
 var createScript = redis.NewScript(`
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
+  if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+    return 0
+  end
 end
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return 1
@@ -55,14 +58,17 @@ return 1
 // ARGV[5]: how long the record lives, in milliseconds.
 // Result: {1, ""} if stored, recorded and published; {0, ""} if the id
 // already exists (nothing changed); {2, record} if a record exists
-// (nothing changed).
+// (nothing changed). As in createScript, the id holding exactly ARGV[2]
+// counts as stored.
 var createIdempotentScript = redis.NewScript(`
 local rec = redis.call('GET', KEYS[2])
 if rec then
   return {2, rec}
 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return {0, ''}
+  if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+    return {0, ''}
+  end
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
@@ -97,9 +103,10 @@ redis.call('PUBLISH', ARGV[4], ARGV[1])
 return {1, v}
 `
 
-// deleteScript removes a subscription.
+// deleteScript removes a subscription and marks it deleted for a minute.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[2]: the deleted marker (keyspace.SubscriptionDeleted).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if removed and published, 0 if there was no such id (nothing
@@ -108,14 +115,16 @@ var deleteScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
+redis.call('SET', KEYS[2], '1', 'EX', 60)
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return 1
 `)
 
 // deleteVersionScript removes a subscription if its stored version is the
-// expected one.
+// expected one, and marks it deleted for a minute.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[2]: the deleted marker (keyspace.SubscriptionDeleted).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
@@ -134,6 +143,45 @@ if v ~= tonumber(ARGV[2]) then
   return {-1, v}
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], '1', 'EX', 60)
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {1, v}
 `
+
+// restoreScript writes a subscription from the config log unless Redis
+// holds it at the same version or above.
+//
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// ARGV[1]: the subscription id.
+// ARGV[2]: the version to restore.
+// ARGV[3]: the subscription JSON.
+// ARGV[4]: the change channel (keyspace.SubscriptionsChanged).
+// Result: 1 if stored and published, 0 if Redis held that version or a
+// newer one (nothing changed).
+var restoreScript = redis.NewScript(fieldsLua + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and cjson.decode(cur)[F.version] >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[1])
+return 1
+`)
+
+// removeScript removes a subscription the config log deleted unless Redis
+// holds it at the delete's version or above.
+//
+// KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// ARGV[1]: the subscription id.
+// ARGV[2]: the delete's version.
+// ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
+// Result: 1 if removed and published, 0 otherwise (nothing changed).
+var removeScript = redis.NewScript(fieldsLua + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur or cjson.decode(cur)[F.version] >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1
+`)

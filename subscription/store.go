@@ -63,6 +63,11 @@ type Config struct {
 	// used again after that creates a new subscription. At least a
 	// millisecond; default 24 hours.
 	IdempotencyTTL time.Duration
+	// Log, when not nil, records every change before it is made in Redis
+	// (a configlog.Log), so that a Redis that loses data can be rebuilt
+	// from it; a change it refuses fails with an error wrapping
+	// ErrUnavailable and leaves Redis unchanged. Default nil: Redis only.
+	Log ConfigLog
 }
 
 // Validate reports the first invalid field of c. Zero fields are valid:
@@ -92,6 +97,7 @@ type Store struct {
 	rdb            redis.UniversalClient
 	keys           keyspace.Keyspace
 	idempotencyTTL time.Duration
+	log            ConfigLog
 	now            func() time.Time
 }
 
@@ -106,7 +112,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, idempotencyTTL: cfg.IdempotencyTTL, now: time.Now}, nil
+	return &Store{rdb: rdb, keys: keyspace.Keyspace{Prefix: cfg.Prefix}, idempotencyTTL: cfg.IdempotencyTTL, log: cfg.Log, now: time.Now}, nil
 }
 
 // Create normalizes and validates sub, assigns its ID ("sub_" and 20
@@ -121,6 +127,9 @@ func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 		return err
 	}
 	reserved := reservedID(sub.ID)
+	if err := s.checkReserved(ctx, sub.ID, reserved); err != nil {
+		return err
+	}
 	for range createAttempts {
 		id := newID()
 		if reserved {
@@ -130,6 +139,9 @@ func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 		data, err := json.Marshal(sub)
 		if err != nil {
 			return fmt.Errorf("subscription: create: encode: %w", err)
+		}
+		if err := s.logPut(ctx, id, sub.Version, data); err != nil {
+			return fmt.Errorf("subscription: create: %w", err)
 		}
 		stored, err := createScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, id, data, s.keys.SubscriptionsChanged()).Int()
 		if err != nil {
@@ -144,6 +156,22 @@ func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 	}
 	sub.ID = ""
 	return fmt.Errorf("subscription: create: no free id after %d attempts", createAttempts)
+}
+
+// checkReserved refuses a reserved id that is taken before the config log
+// records a create that Redis would refuse.
+func (s *Store) checkReserved(ctx context.Context, id string, reserved bool) error {
+	if !reserved || s.log == nil {
+		return nil
+	}
+	taken, err := s.rdb.HExists(ctx, s.keys.Subscriptions(), id).Result()
+	if err != nil {
+		return fmt.Errorf("subscription: create: %w", err)
+	}
+	if taken {
+		return fmt.Errorf("subscription: create %q: %w", id, ErrIDTaken)
+	}
+	return nil
 }
 
 // prepareCreate normalizes and validates sub and stamps it as a first
@@ -204,7 +232,10 @@ func (s *Store) List(ctx context.Context) ([]*Subscription, error) {
 // the change feed in one atomic step. An id that is not stored gives an
 // error wrapping ErrNotFound, and nothing is announced.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, id, s.keys.SubscriptionsChanged()).Int()
+	if s.log != nil {
+		return s.deleteLogged(ctx, id, AnyVersion)
+	}
+	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id)}, id, s.keys.SubscriptionsChanged()).Int()
 	if err != nil {
 		return fmt.Errorf("subscription: delete %q: %w", id, err)
 	}

@@ -90,6 +90,9 @@ func (s *Store) Update(ctx context.Context, id string, expectedVersion int64, fn
 		if err != nil {
 			return nil, fmt.Errorf("subscription: update: encode: %w", err)
 		}
+		if err := s.logPut(ctx, id, next.Version, newData); err != nil {
+			return nil, fmt.Errorf("subscription: update %q: %w", id, err)
+		}
 		code, stored, err := s.runVersioned(ctx, updateScript, id, cur.Version, newData)
 		if err != nil {
 			return nil, fmt.Errorf("subscription: update %q: %w", id, err)
@@ -98,8 +101,10 @@ func (s *Store) Update(ctx context.Context, id string, expectedVersion int64, fn
 		case 1:
 			return next, nil
 		case 0:
+			s.relogDeleted(ctx, id, next.Version)
 			return nil, fmt.Errorf("subscription: update %q: %w", id, ErrNotFound)
 		}
+		s.relog(ctx, id)
 		if expectedVersion != AnyVersion {
 			return nil, fmt.Errorf("subscription: update %q: stored version is %d, not %d: %w", id, stored, expectedVersion, ErrVersionMismatch)
 		}
@@ -128,6 +133,9 @@ func (s *Store) Replace(ctx context.Context, sub *Subscription, expectedVersion 
 // AnyVersion). Another stored version gives an error wrapping
 // ErrVersionMismatch and removes nothing.
 func (s *Store) DeleteVersion(ctx context.Context, id string, expectedVersion int64) error {
+	if s.log != nil {
+		return s.deleteLogged(ctx, id, expectedVersion)
+	}
 	if expectedVersion == AnyVersion {
 		return s.Delete(ctx, id)
 	}
@@ -145,6 +153,47 @@ func (s *Store) DeleteVersion(ctx context.Context, id string, expectedVersion in
 	}
 }
 
+// deleteLogged is Delete and DeleteVersion with a config log: the delete
+// is recorded, with the version after the stored one, before Redis's
+// compare-and-set removes that version. With AnyVersion a lost race is
+// retried on the newer version, a few times.
+func (s *Store) deleteLogged(ctx context.Context, id string, expectedVersion int64) error {
+	for range updateAttempts {
+		data, err := s.rdb.HGet(ctx, s.keys.Subscriptions(), id).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return fmt.Errorf("subscription: delete %q: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("subscription: delete %q: %w", id, err)
+		}
+		cur, err := decode(id, data)
+		if err != nil {
+			return fmt.Errorf("subscription: delete: %w", err)
+		}
+		if expectedVersion != AnyVersion && cur.Version != expectedVersion {
+			return fmt.Errorf("subscription: delete %q: stored version is %d, not %d: %w", id, cur.Version, expectedVersion, ErrVersionMismatch)
+		}
+		if err := s.logDelete(ctx, id, cur.Version); err != nil {
+			return fmt.Errorf("subscription: delete %q: %w", id, err)
+		}
+		code, stored, err := s.runVersioned(ctx, deleteVersionScript, id, cur.Version, nil)
+		if err != nil {
+			return fmt.Errorf("subscription: delete %q: %w", id, err)
+		}
+		if code >= 0 {
+			// 0: gone already — the restorer applied this delete from the
+			// log first, or another delete won; either way it is deleted.
+			return nil
+		}
+		// Another change won: its record must follow the tombstone.
+		s.relog(ctx, id)
+		if expectedVersion != AnyVersion {
+			return fmt.Errorf("subscription: delete %q: stored version is %d, not %d: %w", id, stored, expectedVersion, ErrVersionMismatch)
+		}
+	}
+	return fmt.Errorf("subscription: delete %q: changed concurrently %d times in a row: %w", id, updateAttempts, ErrVersionMismatch)
+}
+
 // runVersioned runs updateScript (with data) or deleteVersionScript
 // (data nil) and returns its {code, stored version} result.
 func (s *Store) runVersioned(ctx context.Context, script *redis.Script, id string, expected int64, data []byte) (code, stored int64, err error) {
@@ -153,7 +202,7 @@ func (s *Store) runVersioned(ctx context.Context, script *redis.Script, id strin
 		args = append(args, data)
 	}
 	args = append(args, s.keys.SubscriptionsChanged())
-	res, err := script.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, args...).Int64Slice()
+	res, err := script.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id)}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -72,6 +72,7 @@ type cliEnv struct {
 	url, token string
 	rdb        *redis.Client
 	redisURL   string
+	brokers    string
 	admin      *cliAdmin
 }
 
@@ -121,6 +122,8 @@ func (e *cliEnv) getenv(k string) string {
 		return e.token
 	case "KEYHOOK_REDIS_URL":
 		return e.redisURL
+	case "KEYHOOK_KAFKA_BROKERS":
+		return e.brokers
 	}
 	return ""
 }
@@ -281,6 +284,10 @@ func TestSubscriptionsCLIPrintsProblems(t *testing.T) {
 
 func TestTokenCLICreatesListsAndRevokes(t *testing.T) {
 	e := newCLIEnv(t)
+	if _, _, err := e.run(t, "token", "create", "--name", "early", "--scopes", "admin"); err == nil || !strings.Contains(err.Error(), "--kafka-brokers (KEYHOOK_KAFKA_BROKERS) is required") {
+		t.Errorf("token create without Kafka: %v", err)
+	}
+	e.brokers = strings.Join(testutil.Kfake(t, 1), ",")
 	out, errOut, err := e.run(t, "token", "create", "--name", "deploy-bot", "--scopes", "subscriptions:read,subscriptions:write")
 	if err != nil {
 		t.Fatalf("token create: %v %s", err, errOut)

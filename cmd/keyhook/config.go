@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keyhook/keyhook/app"
+	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/connect"
 )
 
@@ -53,6 +54,9 @@ type config struct {
 	Kafka connect.KafkaConfig
 	// Redis is the Redis topology and TLS; its URL is RedisURL.
 	Redis connect.RedisConfig
+	// ConfigTopic is the compacted topic recording every subscription and
+	// token change.
+	ConfigTopic string
 
 	// getenv reads the environment (OTEL_* for the exporters).
 	getenv func(string) string
@@ -88,6 +92,7 @@ func (c config) app(log *slog.Logger) app.Config {
 		SessionTimeout:        c.SessionTimeout,
 		MaxWindow:             c.MaxWindow,
 		MaxBufferedBytes:      c.MaxBufferedBytes,
+		ConfigTopic:           c.ConfigTopic,
 		TracesExporter:        c.TracesExporter,
 		Console:               c.console,
 		Getenv:                c.getenv,
@@ -136,6 +141,23 @@ func addRedisFlags(fs *flag.FlagSet, rc *connect.RedisConfig) (parsed func()) {
 	return func() { rc.Addrs = splitList(*addrs) }
 }
 
+// addKafkaFlags declares the Kafka connection flags, named by kafkaFlags,
+// and --config-topic on fs, for every command that talks to Kafka (serve,
+// dev, token).
+func addKafkaFlags(fs *flag.FlagSet, kc *connect.KafkaConfig, configTopic *string) {
+	fs.BoolVar(&kc.TLS, "kafka-tls", false, "connect to the Kafka brokers over TLS (system roots unless --kafka-tls-ca-file)")
+	fs.StringVar(&kc.TLSCAFile, "kafka-tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (needs --kafka-tls)")
+	fs.StringVar(&kc.TLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate for mutual TLS, with --kafka-tls-key-file")
+	fs.StringVar(&kc.TLSKeyFile, "kafka-tls-key-file", "", "PEM key of --kafka-tls-cert-file")
+	fs.StringVar(&kc.TLSServerName, "kafka-tls-server-name", "", "name to verify in the brokers' certificates (default the host dialed)")
+	fs.BoolVar(&kc.TLSInsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (test clusters only)")
+	fs.StringVar(&kc.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512; empty for none")
+	fs.StringVar(&kc.SASLUsername, "kafka-sasl-username", "", "SASL user")
+	fs.StringVar(&kc.SASLPassword, "kafka-sasl-password", "", "SASL password; prefer KEYHOOK_KAFKA_SASL_PASSWORD or --kafka-sasl-password-file, which stay out of the process list")
+	fs.StringVar(&kc.SASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password, re-read at every connection (a mounted Secret)")
+	fs.StringVar(configTopic, "config-topic", configlog.DefaultTopic, "compacted Kafka topic recording every subscription and token change, from which Redis is rebuilt (created when missing)")
+}
+
 func envName(flagName string) string {
 	return "KEYHOOK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
@@ -167,16 +189,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.MetricsToken, "metrics-token", "", "an API token to make exist, with only the metrics scope, at start: the scraper's (prefer KEYHOOK_METRICS_TOKEN)")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "serve /metrics without a token (off: it needs a token with the metrics scope, as it names endpoint origins)")
 
-	fs.BoolVar(&c.Kafka.TLS, "kafka-tls", false, "connect to the Kafka brokers over TLS (system roots unless --kafka-tls-ca-file)")
-	fs.StringVar(&c.Kafka.TLSCAFile, "kafka-tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (needs --kafka-tls)")
-	fs.StringVar(&c.Kafka.TLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate for mutual TLS, with --kafka-tls-key-file")
-	fs.StringVar(&c.Kafka.TLSKeyFile, "kafka-tls-key-file", "", "PEM key of --kafka-tls-cert-file")
-	fs.StringVar(&c.Kafka.TLSServerName, "kafka-tls-server-name", "", "name to verify in the brokers' certificates (default the host dialed)")
-	fs.BoolVar(&c.Kafka.TLSInsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (test clusters only)")
-	fs.StringVar(&c.Kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512; empty for none")
-	fs.StringVar(&c.Kafka.SASLUsername, "kafka-sasl-username", "", "SASL user")
-	fs.StringVar(&c.Kafka.SASLPassword, "kafka-sasl-password", "", "SASL password; prefer KEYHOOK_KAFKA_SASL_PASSWORD or --kafka-sasl-password-file, which stay out of the process list")
-	fs.StringVar(&c.Kafka.SASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password, re-read at every connection (a mounted Secret)")
+	addKafkaFlags(fs, &c.Kafka, &c.ConfigTopic)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -259,6 +272,9 @@ func (c config) validate(cmd string, requireBackends bool) error {
 	}
 	if err := c.Kafka.Validate(); err != nil {
 		return connectError(cmd, err, kafkaFlags)
+	}
+	if err := (configlog.Config{Topic: c.ConfigTopic}).Validate(); err != nil {
+		return bad("config-topic", strings.TrimPrefix(err.Error(), "configlog: config: "))
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		return bad("http-addr", fmt.Sprintf("has %q, want host:port", c.HTTPAddr))

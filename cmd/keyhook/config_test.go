@@ -65,6 +65,10 @@ func TestConnectionFlagErrorsNameTheFlag(t *testing.T) {
 			nil, "--redis-url (KEYHOOK_REDIS_URL)"},
 		{"malformed Redis URL", []string{"--redis-url", "redis://u:p@host:port/0"},
 			nil, "--redis-url (KEYHOOK_REDIS_URL) is not a valid Redis URL"},
+		{"config topic with a space", []string{"--config-topic", "keyhook config"},
+			nil, "--config-topic (KEYHOOK_CONFIG_TOPIC)"},
+		{"config topic from the environment", nil,
+			map[string]string{"KEYHOOK_CONFIG_TOPIC": "a/b"}, "--config-topic (KEYHOOK_CONFIG_TOPIC)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			getenv := func(k string) string { return tc.env[k] }

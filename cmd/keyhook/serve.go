@@ -69,6 +69,7 @@ var appFlags = map[string]string{
 	"MaxWindow":           "max-window",
 	"MaxBufferedBytes":    "max-buffered-bytes",
 	"TracesExporter":      "traces-exporter",
+	"ConfigTopic":         "config-topic",
 }
 
 // appError turns an app.FieldError into the error of the flag the field

@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/connect"
 )
 
@@ -22,7 +26,10 @@ Commands:
 
 Scopes: subscriptions:read, subscriptions:write, admin (implies both).
 Tokens live in Redis: every command takes --redis-url (KEYHOOK_REDIS_URL)
-and the other --redis-* connection flags of keyhook serve.
+and the other --redis-* connection flags of keyhook serve. Every change is
+recorded first in the config topic, from which nodes rebuild a Redis that
+lost it: create and revoke also take --kafka-brokers (KEYHOOK_KAFKA_BROKERS),
+--config-topic and the other --kafka-* flags of keyhook serve.
 `
 
 // tokenCmd runs "keyhook token ...", working on Redis directly: tokens
@@ -41,6 +48,10 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.SetOutput(stderr)
 	var rc connect.RedisConfig
 	redisParsed := addRedisFlags(fs, &rc)
+	var kc connect.KafkaConfig
+	var configTopic string
+	brokers := fs.String("kafka-brokers", "", "comma-separated Kafka seed brokers (host:port); required by create and revoke")
+	addKafkaFlags(fs, &kc, &configTopic)
 	output := fs.String("o", "table", "output: table or json")
 	var name, scopes string
 	switch verb {
@@ -78,7 +89,18 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return connectError(cmd, err, redisFlags)
 	}
 	defer rdb.Close()
-	store, err := auth.New(rdb, auth.Config{})
+	var cfgLog *configlog.Log
+	if verb != "list" {
+		if cfgLog, err = openConfigLog(ctx, cmd, splitList(*brokers), kc, configTopic); err != nil {
+			return err
+		}
+		defer cfgLog.Close()
+	}
+	acfg := auth.Config{}
+	if cfgLog != nil {
+		acfg.Log = cfgLog
+	}
+	store, err := auth.New(rdb, acfg)
 	if err != nil {
 		return fmt.Errorf("keyhook %s: %w", cmd, err)
 	}
@@ -127,6 +149,36 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(stdout, "revoked %s\n", pos[0])
 		return nil
 	}
+}
+
+// openConfigLog connects the config topic that token changes are
+// recorded in, creating it when missing (a first token may come before
+// the first node).
+func openConfigLog(ctx context.Context, cmd string, brokers []string, kc connect.KafkaConfig, topic string) (*configlog.Log, error) {
+	if len(brokers) == 0 {
+		return nil, flagError(cmd, "kafka-brokers", "is required: token changes are recorded in the config topic")
+	}
+	if err := kc.Validate(); err != nil {
+		return nil, connectError(cmd, err, kafkaFlags)
+	}
+	opts, err := connect.KafkaOptions(kc)
+	if err != nil {
+		return nil, connectError(cmd, err, kafkaFlags)
+	}
+	l, err := configlog.New(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...), configlog.Config{Topic: topic})
+	if err != nil {
+		return nil, flagError(cmd, "config-topic", strings.TrimPrefix(err.Error(), "configlog: config: "))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := l.EnsureTopic(ctx); err != nil {
+		l.Close()
+		if errors.Is(err, configlog.ErrTopicUnfit) {
+			return nil, flagError(cmd, "config-topic", err.Error())
+		}
+		return nil, fmt.Errorf("keyhook %s: %w", cmd, err)
+	}
+	return l, nil
 }
 
 func joinScopes(s []auth.Scope) string {

@@ -165,6 +165,19 @@ func (k Keyspace) Idempotency(caller, key string) string {
 	return "{" + k.Subscriptions() + "}:idempotency:" + hash(caller) + ":" + hash(key)
 }
 
+// SubscriptionDeleted is the STRING marking, for a minute, that a
+// subscription was deleted:
+//
+//	<prefix>:{<prefix>:subscriptions}:deleted:<id>
+//
+// A change that finds the subscription gone tells by it a delete from a
+// Redis that lost data. The tag is the Subscriptions key's name, so the
+// delete scripts touch one slot; the name starts with the prefix, so an
+// ACL user limited to "<prefix>:*" may write it.
+func (k Keyspace) SubscriptionDeleted(id string) string {
+	return k.prefix() + ":{" + k.Subscriptions() + "}:deleted:" + id
+}
+
 // API tokens (package auth).
 
 // Tokens is the HASH from a token's hash to its record's JSON:

@@ -25,6 +25,7 @@ func TestKeysKeepTheirNames(t *testing.T) {
 		{"change feed", Keyspace{}, Keyspace.SubscriptionsChanged, "keyhook:subscriptions:changed"},
 		{"idempotency", Keyspace{}, func(k Keyspace) string { return k.Idempotency("ops", "billing-1") },
 			"{keyhook:subscriptions}:idempotency:" + hash("ops") + ":" + hash("billing-1")},
+		{"deleted subscription", Keyspace{}, func(k Keyspace) string { return k.SubscriptionDeleted("sub_x") }, "keyhook:{keyhook:subscriptions}:deleted:sub_x"},
 		{"tokens", Keyspace{}, Keyspace.Tokens, "keyhook:{tokens}"},
 		{"token names", Keyspace{}, Keyspace.TokenNames, "keyhook:{tokens}:names"},
 		{"token last use", Keyspace{}, Keyspace.TokenLastUsed, "keyhook:{tokens}:last_used"},
@@ -53,7 +54,7 @@ func tag(key string) string {
 func TestKeysTouchedTogetherShareASlot(t *testing.T) {
 	k := Keyspace{Prefix: "kh"}
 	for _, group := range [][]string{
-		{k.Subscriptions(), k.Idempotency("ops", "k1"), k.Idempotency("ci", "k2")},
+		{k.Subscriptions(), k.Idempotency("ops", "k1"), k.Idempotency("ci", "k2"), k.SubscriptionDeleted("sub_x")},
 		{k.Tokens(), k.TokenNames(), k.TokenLastUsed()},
 		{k.RedriveIndex("s"), k.RedriveQueue("s", "t", 0), k.RedriveQueue("s", "u", 7)},
 	} {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,7 +231,8 @@ func startNode(t *testing.T, id string, brokers []string, rdb redis.UniversalCli
 		AllowPrivateEndpoints: true, RequestTimeout: 10 * time.Second,
 		CommitInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
 		DrainTimeout: 10 * time.Second, ResyncInterval: 100 * time.Millisecond,
-		Logger: logger().With("node", id),
+		ConfigTopic: configTopic(t),
+		Logger:      logger().With("node", id),
 	}, app.Deps{Redis: rdb})
 	if err != nil {
 		t.Fatal(err)
@@ -240,6 +242,22 @@ func startNode(t *testing.T, id string, brokers []string, rdb redis.UniversalCli
 	go func() { n.done <- a.Run(ctx) }()
 	t.Cleanup(func() { n.stop(t) })
 	return n
+}
+
+// runStamp keeps the config topics of one run apart from an earlier run's.
+var runStamp = time.Now().UnixNano()
+
+// configTopic is the config topic of a test's nodes: the test's own, so
+// that nodes of other tests (or runs) on a shared broker never restore
+// its subscriptions into their Redis, nor it theirs.
+func configTopic(t *testing.T) string {
+	name := strings.Map(func(r rune) rune {
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return '_'
+	}, t.Name())
+	return fmt.Sprintf("conformance-%d-%s", runStamp, name)
 }
 
 func (n *node) stop(t *testing.T) {

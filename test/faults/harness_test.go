@@ -198,6 +198,9 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 		"--redis-url", c.redis.URL(),
 		"--session-timeout", faultSession.String(),
 		"--commit-interval", faultCommitInterval.String(),
+		// The scenario's own config topic: nodes of other scenarios on the
+		// shared broker must not restore its subscription, nor it theirs.
+		"--config-topic", c.topic + ".config",
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

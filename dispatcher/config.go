@@ -59,6 +59,13 @@ type Config struct {
 	// ResyncInterval is how often the subscription set is re-read even
 	// without a change notification. Default 1s.
 	ResyncInterval time.Duration
+	// RemoveGrace is how long a subscription must be missing from the
+	// set before its consumer stops. A store that lost its data (Redis
+	// restarted empty, a failover) is rebuilt from the config log within
+	// seconds; stopping every consumer meanwhile would rebalance every
+	// group for nothing. A deleted subscription stops that much later.
+	// Default 5s; negative stops at once.
+	RemoveGrace time.Duration
 	// Retry is the retry policy of every delivery (webhooks defaults).
 	Retry webhooks.RetryPolicy
 	// Redrives, when not nil, is where the node takes the redriven dead
@@ -109,6 +116,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ResyncInterval == 0 {
 		c.ResyncInterval = time.Second
+	}
+	if c.RemoveGrace == 0 {
+		c.RemoveGrace = 5 * time.Second
 	}
 	if c.RedriveInterval == 0 {
 		c.RedriveInterval = 250 * time.Millisecond

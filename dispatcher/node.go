@@ -69,6 +69,9 @@ type Node struct {
 
 	mu      sync.Mutex
 	runners map[string]*runner
+	// missing is since when each running subscription has been missing
+	// from the set (see Config.RemoveGrace).
+	missing map[string]time.Time
 	wg      sync.WaitGroup
 }
 
@@ -93,6 +96,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		cfg: cfg, subs: subs, sender: sender, tracker: tracker, redeliver: redeliver,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
+		missing: make(map[string]time.Time),
 		budget:  budget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
@@ -195,13 +199,29 @@ func (n *Node) reconcile(subs []*subscription.Subscription) {
 	for _, s := range subs {
 		want[s.ID] = s
 	}
+	now := time.Now()
 	for id, r := range n.runners {
-		if _, ok := want[id]; !ok {
-			n.log.Info("subscription removed; stopping its consumer", "subscription", id)
-			r.removed.Store(true)
-			r.cancel()
-			delete(n.runners, id)
+		if _, ok := want[id]; ok {
+			if _, was := n.missing[id]; was {
+				n.log.Info("subscription back in the store; its consumer kept running", "subscription", id)
+				delete(n.missing, id)
+			}
+			continue
 		}
+		since, was := n.missing[id]
+		if !was && n.cfg.RemoveGrace > 0 {
+			n.log.Info("subscription missing from the store; its consumer stops unless it returns", "subscription", id, "in", n.cfg.RemoveGrace)
+			n.missing[id] = now
+			continue
+		}
+		if now.Sub(since) < n.cfg.RemoveGrace {
+			continue
+		}
+		n.log.Info("subscription removed; stopping its consumer", "subscription", id)
+		delete(n.missing, id)
+		r.removed.Store(true)
+		r.cancel()
+		delete(n.runners, id)
 	}
 	for id, s := range want {
 		if r, ok := n.runners[id]; ok {

@@ -47,6 +47,11 @@ const (
 	HeaderWebhookID = "webhook-id"
 )
 
+var (
+	canonicalAttempt   = http.CanonicalHeaderKey(HeaderAttempt)
+	canonicalWebhookID = http.CanonicalHeaderKey(HeaderWebhookID)
+)
+
 // ownedHeaders are set by Send alone, whatever the caller passes. The
 // signature headers are among them because a signature computed ahead of
 // the attempt would carry a stale timestamp.
@@ -372,17 +377,21 @@ func (c *Client) prepared(next handler) handler {
 				// survive Set and reach the endpoint as a second value.
 				continue
 			}
-			cl.header[k] = append([]string(nil), vs...)
+			// Shared, not copied: the wrappers after this one set names,
+			// never change a value in place, and an append to a full
+			// slice copies it.
+			cl.header[k] = vs[:len(vs):len(vs)]
 		}
 		ct := r.ContentType
 		if ct == "" {
 			ct = octetStream
 		}
-		cl.header.Set("Content-Type", ct)
-		cl.header.Set("User-Agent", c.cfg.UserAgent)
-		cl.header.Set(HeaderAttempt, strconv.Itoa(cl.a.Number))
+		owned := headerSet{h: cl.header, vals: make([]string, 0, 4)}
+		owned.set("Content-Type", ct)
+		owned.set("User-Agent", c.cfg.UserAgent)
+		owned.set(canonicalAttempt, strconv.Itoa(cl.a.Number))
 		if r.DeliveryID != "" {
-			cl.header.Set(HeaderWebhookID, r.DeliveryID)
+			owned.set(canonicalWebhookID, r.DeliveryID)
 		}
 		next(ctx, cl)
 	}

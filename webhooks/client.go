@@ -454,6 +454,9 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 	// Read errors are ignored on purpose: the status already says what the
 	// endpoint decided, and a batch response cut short is judged by
 	// ParseBatchResponse. One byte more than kept tells a body that was cut.
+	if resp.ContentLength == 0 {
+		return // nothing to keep or drain (a 204, most often)
+	}
 	a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
 	if int64(len(a.Body)) > c.cfg.MaxResponseBytes {
 		a.Body, a.BodyTruncated = a.Body[:c.cfg.MaxResponseBytes], true

@@ -388,6 +388,7 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 	}
 	var notes []string
 	notes = append(notes, sc.Notes...)
+	notes = append(notes, peerNotes(s)...)
 	for _, r := range s.Runs {
 		if len(r.RedisByCommand) > 0 {
 			notes = append(notes, r.Contender.Name+": Redis commands by name: "+byName(r.RedisByCommand))

@@ -181,6 +181,8 @@ func runChild(ctx context.Context, spec childSpec, out *childOut) (childReport, 
 		err = runCeilingB(ctx, spec, out, &rep)
 	case modeParallelConsumer:
 		err = runParallelConsumer(ctx, spec, out, &rep)
+	case modeWrk:
+		err = runWrk(ctx, spec, out, &rep)
 	default:
 		err = fmt.Errorf("bench child: unknown mode %q", spec.Mode)
 	}

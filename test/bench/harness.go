@@ -115,7 +115,7 @@ func (h *harness) runScenario(ctx context.Context, sc scenario) (*scenarioResult
 			continue
 		}
 		topic := fmt.Sprintf("bench-s%s-%s-%d", sc.ID, slug(c.Name), time.Now().UnixNano())
-		if c.Mode != modeCeilingA {
+		if c.Mode != modeCeilingA && c.Mode != modeWrk {
 			if err := h.kafka.createTopic(ctx, topic, sc.Partitions); err != nil {
 				return nil, err
 			}

@@ -174,6 +174,10 @@ func (h *harness) skipped(ctx context.Context, c contender, d *dataset) *runResu
 	switch c.Mode {
 	case modeParallelConsumer:
 		_, why = h.pc.build(ctx, h.logw)
+	case modeWrk:
+		if _, err := exec.LookPath("wrk"); err != nil {
+			why = "skipped: wrk not found in PATH (apt-get install -y wrk)"
+		}
 	}
 	if why == "" {
 		return nil
@@ -186,16 +190,21 @@ func (h *harness) skipped(ctx context.Context, c contender, d *dataset) *runResu
 	}
 }
 
-// peerNotes compares keyhook with the peers that ran in s: the Parallel
-// Consumer's rate and CPU per record.
+// peerNotes compares keyhook with the peers that ran in s (the Parallel
+// Consumer: rate and CPU per record) and ceiling A with wrk's.
 func peerNotes(s *scenarioResult) []string {
-	kh, pc := s.run(cKey.Name), s.run(cParallel.Name)
-	if kh == nil || pc == nil || pc.Outcome == outcomeSkipped || pc.Rate <= 0 {
-		return nil
+	ran := func(r *runResult) bool { return r != nil && r.Outcome != outcomeSkipped && r.Rate > 0 }
+	var notes []string
+	if kh, pc := s.run(cKey.Name), s.run(cParallel.Name); ran(kh) && ran(pc) {
+		n := fmt.Sprintf("keyhook key ÷ Parallel Consumer key: %.2f× the rate (%.0f vs %.0f rec/s)", kh.Rate/pc.Rate, kh.Rate, pc.Rate)
+		if kh.CPUPerRecordUS > 0 && pc.CPUPerRecordUS > 0 {
+			n += fmt.Sprintf(", %.2f× the CPU per record (%.1f vs %.1f µs)", kh.CPUPerRecordUS/pc.CPUPerRecordUS, kh.CPUPerRecordUS, pc.CPUPerRecordUS)
+		}
+		notes = append(notes, n)
 	}
-	n := fmt.Sprintf("keyhook key ÷ Parallel Consumer key: %.2f× the rate (%.0f vs %.0f rec/s)", kh.Rate/pc.Rate, kh.Rate, pc.Rate)
-	if kh.CPUPerRecordUS > 0 && pc.CPUPerRecordUS > 0 {
-		n += fmt.Sprintf(", %.2f× the CPU per record (%.1f vs %.1f µs)", kh.CPUPerRecordUS/pc.CPUPerRecordUS, kh.CPUPerRecordUS, pc.CPUPerRecordUS)
+	if ca, wrk := s.run(cCeilingA.Name), s.run(cWrk.Name); ran(ca) && ran(wrk) {
+		notes = append(notes, fmt.Sprintf("ceiling A ÷ wrk on the same sink: %.2f× (%.0f vs %.0f rec/s); wrk sends bare bodies, unsigned, without keyhook's headers, "+
+			"and its end-to-end latencies count the time a body waited for its turn", ca.Rate/wrk.Rate, ca.Rate, wrk.Rate))
 	}
-	return []string{n}
+	return notes
 }

@@ -423,7 +423,7 @@ func byName(m map[string]int64) string {
 }
 
 func orderCell(r *runResult) string {
-	if r.Contender.Mode == modeCeilingA || r.Contender.Ordering == "none" {
+	if r.Contender.Mode == modeCeilingA || r.Contender.Mode == modeWrk || r.Contender.Ordering == "none" {
 		return "not checked (no order promised)"
 	}
 	return fmt.Sprintf("%d / %d", r.Overlaps, r.Reorders)

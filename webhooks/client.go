@@ -438,12 +438,21 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 			return
 		}
 	}
-	hc := c.http
-	if cl.http != nil {
-		hc = cl.http
+	var resp *http.Response
+	if cl.http == nil && c.redirects(r) == 0 {
+		// Nothing to follow: the transport alone, without the client's
+		// redirect bookkeeping, which copies every header of every
+		// request. Errors are wrapped as the client wraps them.
+		if resp, err = c.tr.RoundTrip(req); err != nil {
+			err = &url.Error{Op: "Post", URL: r.URL, Err: err}
+		}
+	} else {
+		hc := c.http
+		if cl.http != nil {
+			hc = cl.http
+		}
+		resp, err = hc.Do(req)
 	}
-
-	resp, err := hc.Do(req)
 	if err != nil {
 		a.Err = describeError(ctx, actx, r.URL, c.timeout(r), err)
 		return

@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -24,16 +23,24 @@ import (
 // the same for every attempt and every redelivery, so endpoints can
 // deduplicate.
 func DeliveryID(subscription, topic string, partition int32, offset int64) string {
-	h := sha256.New()
-	h.Write([]byte(subscription))
-	h.Write([]byte{0})
-	h.Write([]byte(topic))
-	h.Write([]byte{0})
-	h.Write(strconv.AppendInt(nil, int64(partition), 10))
-	h.Write([]byte{0})
-	h.Write(strconv.AppendInt(nil, offset, 10))
-	return "dlv_" + hex.EncodeToString(h.Sum(nil)[:12])
+	// Hashed from a buffer on the stack: every record gets an id, and a
+	// hash.Hash would cost allocations each time.
+	var scratch [256]byte
+	b := append(scratch[:0], subscription...)
+	b = append(b, 0)
+	b = append(b, topic...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(partition), 10)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, offset, 10)
+	sum := sha256.Sum256(b)
+	var id [len(deliveryIDPrefix) + 24]byte
+	copy(id[:], deliveryIDPrefix)
+	hex.Encode(id[len(deliveryIDPrefix):], sum[:12])
+	return string(id[:])
 }
+
+const deliveryIDPrefix = "dlv_"
 
 // flight is one record's delivery, kept by the pool between attempts.
 type flight struct {
@@ -62,22 +69,30 @@ type flight struct {
 	// before counts the attempts of earlier rounds (a key blocked with
 	// dead-lettering off starts a fresh budget after each).
 	before int
+	// msg is the record as rendered, kept here with room for its usual
+	// attributes and headers so that rendering allocates none of them.
+	msg     webhooks.Message
+	attrs   [4]webhooks.Attr
+	headers [4]webhooks.Header
+	rt0     webhooks.Retries
 }
 
 // newFlight starts the delivery of rec, from ended when not nil.
 func (g *group) newFlight(w *worker, rec *record, ended *webhooks.Result) *flight {
-	id := DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
-	ctx, span := g.startDelivery(w.attemptCtx, rec, id)
-	req, reqErr := g.ep.Render(message(g.sub, rec.Payload, id))
-	if req != nil {
+	f := &flight{g: g, w: w, rec: rec, policy: g.ep.Policy(), ended: ended}
+	f.id = DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
+	f.ctx, f.span = g.startDelivery(w.attemptCtx, rec, f.id)
+	fillMessage(&f.msg, f.attrs[:0], f.headers[:0], g.sub, rec.Payload, f.id, g.opts.source(rec.Payload.Topic))
+	f.req, f.reqErr = g.ep.Render(&f.msg)
+	if f.req != nil {
 		// The endpoint continues the delivery's trace (the sender replaces
 		// this with its attempt span's context when it traces too).
-		g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-		if span.IsRecording() {
-			req.SpanAttributes = attemptAttrs(g, rec, id)
+		g.tel.prop.Inject(f.ctx, propagation.HeaderCarrier(f.req.Header))
+		if f.span.IsRecording() {
+			f.req.SpanAttributes = attemptAttrs(g, rec, f.id)
 		}
 	}
-	return &flight{g: g, w: w, rec: rec, id: id, ctx: ctx, span: span, req: req, reqErr: reqErr, policy: g.ep.Policy(), ended: ended}
+	return f
 }
 
 func (f *flight) owner() *worker { return f.w }
@@ -102,7 +117,8 @@ func (f *flight) step() (time.Duration, bool) {
 			Last: webhooks.Attempt{Err: f.reqErr, Started: now}}
 	default:
 		if f.rt == nil {
-			f.rt = webhooks.NewRetries(f.policy, nil)
+			f.rt0.Reset(f.policy, nil)
+			f.rt = &f.rt0
 		}
 		if !f.rt.Done() {
 			wait, more, ok := f.attempt()
@@ -155,7 +171,7 @@ func (f *flight) step() (time.Duration, bool) {
 			return 0, f.done(false)
 		}
 		g.deadLettered.Add(1)
-		g.tel.deadLetters.Add(f.ctx, 1, metric.WithAttributeSet(g.attrs))
+		g.tel.deadLetters.Add(f.ctx, 1, g.opts.subAdd...)
 		g.endDelivery(f.ctx, f.span, f.rec, outcomeDeadLettered, res)
 		return 0, f.done(true)
 	default:
@@ -430,9 +446,9 @@ func (g *group) abortAll(w *worker, recs []*record) {
 // ackBatched records one record of a batch as delivered.
 func (g *group) ackBatched(ctx context.Context, w *worker, r *record) {
 	g.delivered.Add(1)
-	g.tel.deliveries.Add(ctx, 1, metric.WithAttributeSet(g.outcomeAttrs[outcomeDelivered]))
+	g.tel.deliveries.Add(ctx, 1, g.opts.outcomeAdd[outcomeDelivered]...)
 	if !r.Payload.Timestamp.IsZero() {
-		g.tel.endToEnd.Record(ctx, time.Since(r.Payload.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
+		g.tel.endToEnd.Record(ctx, time.Since(r.Payload.Timestamp).Seconds(), g.opts.subRecord...)
 	}
 	w.pushResult(result{rec: r, acked: true})
 }
@@ -446,20 +462,34 @@ func newRequest(sub *subscription.Subscription, r *kgo.Record, deliveryID string
 // message is record r as webhooks sees it: no Kafka, just a message with
 // its attributes.
 func message(sub *subscription.Subscription, r *kgo.Record, deliveryID string) *webhooks.Message {
-	hs := make([]webhooks.Header, len(r.Headers))
-	for i, h := range r.Headers {
-		hs[i] = webhooks.Header{Name: h.Key, Value: h.Value}
+	m := new(webhooks.Message)
+	fillMessage(m, make([]webhooks.Attr, 0, 4), make([]webhooks.Header, 0, len(r.Headers)), sub, r, deliveryID, "kafka://"+r.Topic)
+	return m
+}
+
+// fillMessage fills m with record r as [message] does, its attributes and
+// headers appended to attrs and headers, which must be empty and not nil.
+// source is "kafka://" and the topic.
+func fillMessage(m *webhooks.Message, attrs []webhooks.Attr, headers []webhooks.Header, sub *subscription.Subscription, r *kgo.Record, deliveryID, source string) {
+	for _, h := range r.Headers {
+		headers = append(headers, webhooks.Header{Name: h.Key, Value: h.Value})
 	}
-	partition := strconv.FormatInt(int64(r.Partition), 10)
-	offset := strconv.FormatInt(r.Offset, 10)
-	return &webhooks.Message{
-		ID: deliveryID, Key: r.Key, Value: r.Value, Headers: hs, Time: r.Timestamp,
-		Source:  "kafka://" + r.Topic,
-		Subject: partition + "/" + offset,
-		Attributes: []webhooks.Attr{
-			{Name: "subscription", Value: sub.ID}, {Name: "topic", Value: r.Topic},
-			{Name: "partition", Value: partition}, {Name: "offset", Value: offset},
-		},
+	// "partition/offset" is the subject; the partition and the offset
+	// attributes are cut from it, one string for the three.
+	var scratch [48]byte
+	b := strconv.AppendInt(scratch[:0], int64(r.Partition), 10)
+	slash := len(b)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, r.Offset, 10)
+	subject := string(b)
+	partition, offset := subject[:slash], subject[slash+1:]
+	*m = webhooks.Message{
+		ID: deliveryID, Key: r.Key, Value: r.Value, Headers: headers, Time: r.Timestamp,
+		Source:  source,
+		Subject: subject,
+		Attributes: append(attrs,
+			webhooks.Attr{Name: "subscription", Value: sub.ID}, webhooks.Attr{Name: "topic", Value: r.Topic},
+			webhooks.Attr{Name: "partition", Value: partition}, webhooks.Attr{Name: "offset", Value: offset}),
 		ContentType: sub.ContentType,
 	}
 }

@@ -50,6 +50,7 @@ type group struct {
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set
 	outcomeAttrs map[string]attribute.Set
+	opts         deliveryOpts
 
 	// jobs hands ready records to the delivery pool; its MaxInFlight
 	// slots bound the subscription's attempts in flight on the node.

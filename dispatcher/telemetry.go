@@ -228,12 +228,71 @@ func (g *group) initTelemetry() {
 		g.outcomeAttrs[o] = attribute.NewSet(attrSubscription.String(id), attrOutcome.String(o))
 		g.tel.deliveries.Add(ctx, 0, metric.WithAttributeSet(g.outcomeAttrs[o]))
 	}
+	g.opts = newDeliveryOpts(g)
 	// Series that alerts watch exist from the start, at zero, so increase()
 	// and rate() see the first event instead of a series appearing.
 	g.tel.deadLetters.Add(ctx, 0, metric.WithAttributeSet(g.attrs))
 	for _, op := range []string{"fetch", "claim", "flush", "commit", "dead_letter"} {
 		g.tel.errors.Add(ctx, 0, metric.WithAttributes(attrSubscription.String(id), attrOp.String(op)))
 	}
+}
+
+// deliveryOpts are the options of a group's per-delivery measurements,
+// built once: an option, and the variadic slice passing it, built per
+// call cost an allocation each on every delivery.
+type deliveryOpts struct {
+	subAdd    []metric.AddOption
+	subRecord []metric.RecordOption
+	// By status class and by outcome.
+	classAdd      map[string][]metric.AddOption
+	classRecord   map[string][]metric.RecordOption
+	outcomeAdd    map[string][]metric.AddOption
+	outcomeRecord map[string][]metric.RecordOption
+	// By topic of the subscription: the delivery span's name and the
+	// message's source.
+	spanNames, sources map[string]string
+}
+
+// spanName is the name of the delivery span of a record of topic.
+func (o *deliveryOpts) spanName(topic string) string {
+	if n, ok := o.spanNames[topic]; ok {
+		return n
+	}
+	return "process " + topic
+}
+
+// source is the message source of a record of topic.
+func (o *deliveryOpts) source(topic string) string {
+	if n, ok := o.sources[topic]; ok {
+		return n
+	}
+	return "kafka://" + topic
+}
+
+func newDeliveryOpts(g *group) deliveryOpts {
+	o := deliveryOpts{
+		subAdd:        []metric.AddOption{metric.WithAttributeSet(g.attrs)},
+		subRecord:     []metric.RecordOption{metric.WithAttributeSet(g.attrs)},
+		classAdd:      make(map[string][]metric.AddOption, len(g.classAttrs)),
+		classRecord:   make(map[string][]metric.RecordOption, len(g.classAttrs)),
+		outcomeAdd:    make(map[string][]metric.AddOption, len(g.outcomeAttrs)),
+		outcomeRecord: make(map[string][]metric.RecordOption, len(g.outcomeAttrs)),
+		spanNames:     make(map[string]string, len(g.sub.Topics)),
+		sources:       make(map[string]string, len(g.sub.Topics)),
+	}
+	for _, t := range g.sub.Topics {
+		o.spanNames[t] = "process " + t
+		o.sources[t] = "kafka://" + t
+	}
+	for c, set := range g.classAttrs {
+		o.classAdd[c] = []metric.AddOption{metric.WithAttributeSet(set)}
+		o.classRecord[c] = []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	for c, set := range g.outcomeAttrs {
+		o.outcomeAdd[c] = []metric.AddOption{metric.WithAttributeSet(set)}
+		o.outcomeRecord[c] = []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	return o
 }
 
 func partitionAttrs(subID string, tp topicPartition) attribute.Set {
@@ -290,12 +349,16 @@ func (c recordCarrier) Keys() []string {
 	return out
 }
 
+// consumerSpan starts a delivery span; built once, as a per-call option
+// would cost an allocation on every record.
+var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+
 // startDelivery opens the span of one delivery: a child of the producer's
 // span when the record carries trace context, a root otherwise.
 func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID string) (context.Context, trace.Span) {
 	r := rec.Payload
 	ctx = g.tel.prop.Extract(ctx, recordCarrier{r})
-	ctx, span := g.tel.tracer.Start(ctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := g.tel.tracer.Start(ctx, g.opts.spanName(r.Topic), consumerSpan...)
 	// Attributes cost allocations on every record; only a recorded span
 	// gets them, so tracing off stays nearly free.
 	if !span.IsRecording() {
@@ -334,8 +397,8 @@ func attemptAttrs(g *group, rec *record, deliveryID string) []attribute.KeyValue
 // retried, as an event on the delivery span.
 func (g *group) observeAttempt(ctx context.Context, span trace.Span, a webhooks.Attempt) {
 	class := statusClass(a)
-	g.tel.attempts.Add(ctx, 1, metric.WithAttributeSet(g.classAttrs[class]))
-	g.tel.attemptTime.Record(ctx, a.Duration.Seconds(), metric.WithAttributeSet(g.classAttrs[class]))
+	g.tel.attempts.Add(ctx, 1, g.opts.classAdd[class]...)
+	g.tel.attemptTime.Record(ctx, a.Duration.Seconds(), g.opts.classRecord[class]...)
 	if webhooks.Classify(a) == webhooks.OutcomeRetry && span.IsRecording() {
 		ev := []attribute.KeyValue{attribute.Int("keyhook.attempt", a.Number), attribute.Int("http.response.status_code", a.Status)}
 		if a.RetryAfter > 0 {
@@ -350,13 +413,16 @@ func (g *group) observeAttempt(ctx context.Context, span trace.Span, a webhooks.
 
 // endDelivery records the outcome of a delivery and ends its span.
 func (g *group) endDelivery(ctx context.Context, span trace.Span, rec *record, outcome string, res webhooks.Result) {
-	attrs := metric.WithAttributeSet(g.outcomeAttrs[outcome])
-	g.tel.deliveries.Add(ctx, 1, attrs)
+	g.tel.deliveries.Add(ctx, 1, g.opts.outcomeAdd[outcome]...)
 	if !res.First.IsZero() {
-		g.tel.deliveryTime.Record(ctx, res.LastAt.Sub(res.First).Seconds(), attrs)
+		g.tel.deliveryTime.Record(ctx, res.LastAt.Sub(res.First).Seconds(), g.opts.outcomeRecord[outcome]...)
 	}
 	if outcome != outcomeAborted && !rec.Payload.Timestamp.IsZero() {
-		g.tel.endToEnd.Record(ctx, time.Since(rec.Payload.Timestamp).Seconds(), metric.WithAttributeSet(g.attrs))
+		g.tel.endToEnd.Record(ctx, time.Since(rec.Payload.Timestamp).Seconds(), g.opts.subRecord...)
+	}
+	if !span.IsRecording() {
+		span.End()
+		return
 	}
 	span.SetAttributes(attrOutcome.String(outcome), attribute.Int("keyhook.attempts", res.Attempts))
 	switch outcome {

@@ -47,6 +47,11 @@ const (
 	HeaderWebhookID = "webhook-id"
 )
 
+var (
+	canonicalAttempt   = http.CanonicalHeaderKey(HeaderAttempt)
+	canonicalWebhookID = http.CanonicalHeaderKey(HeaderWebhookID)
+)
+
 // ownedHeaders are set by Send alone, whatever the caller passes. The
 // signature headers are among them because a signature computed ahead of
 // the attempt would carry a stale timestamp.
@@ -372,17 +377,21 @@ func (c *Client) prepared(next handler) handler {
 				// survive Set and reach the endpoint as a second value.
 				continue
 			}
-			cl.header[k] = append([]string(nil), vs...)
+			// Shared, not copied: the wrappers after this one set names,
+			// never change a value in place, and an append to a full
+			// slice copies it.
+			cl.header[k] = vs[:len(vs):len(vs)]
 		}
 		ct := r.ContentType
 		if ct == "" {
 			ct = octetStream
 		}
-		cl.header.Set("Content-Type", ct)
-		cl.header.Set("User-Agent", c.cfg.UserAgent)
-		cl.header.Set(HeaderAttempt, strconv.Itoa(cl.a.Number))
+		owned := headerSet{h: cl.header, vals: make([]string, 0, 4)}
+		owned.set("Content-Type", ct)
+		owned.set("User-Agent", c.cfg.UserAgent)
+		owned.set(canonicalAttempt, strconv.Itoa(cl.a.Number))
 		if r.DeliveryID != "" {
-			cl.header.Set(HeaderWebhookID, r.DeliveryID)
+			owned.set(canonicalWebhookID, r.DeliveryID)
 		}
 		next(ctx, cl)
 	}
@@ -429,12 +438,21 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 			return
 		}
 	}
-	hc := c.http
-	if cl.http != nil {
-		hc = cl.http
+	var resp *http.Response
+	if cl.http == nil && c.redirects(r) == 0 {
+		// Nothing to follow: the transport alone, without the client's
+		// redirect bookkeeping, which copies every header of every
+		// request. Errors are wrapped as the client wraps them.
+		if resp, err = c.tr.RoundTrip(req); err != nil {
+			err = &url.Error{Op: "Post", URL: r.URL, Err: err}
+		}
+	} else {
+		hc := c.http
+		if cl.http != nil {
+			hc = cl.http
+		}
+		resp, err = hc.Do(req)
 	}
-
-	resp, err := hc.Do(req)
 	if err != nil {
 		a.Err = describeError(ctx, actx, r.URL, c.timeout(r), err)
 		return
@@ -445,6 +463,9 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 	// Read errors are ignored on purpose: the status already says what the
 	// endpoint decided, and a batch response cut short is judged by
 	// ParseBatchResponse. One byte more than kept tells a body that was cut.
+	if resp.ContentLength == 0 {
+		return // nothing to keep or drain (a 204, most often)
+	}
 	a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
 	if int64(len(a.Body)) > c.cfg.MaxResponseBytes {
 		a.Body, a.BodyTruncated = a.Body[:c.cfg.MaxResponseBytes], true

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"crypto/x509"
 	"net/netip"
+	"time"
 )
 
 // TrustRootsForTest makes c trust the certificates of pool, so tests can
@@ -17,3 +18,6 @@ func ExemptForTest(p AddressPolicy, ip netip.Addr) AddressPolicy {
 	p.exempt = ip
 	return p
 }
+
+// IdleConnTimeoutForTest is how long c keeps an idle connection.
+func IdleConnTimeoutForTest(c *Client) time.Duration { return c.tr.IdleConnTimeout }

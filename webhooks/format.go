@@ -159,17 +159,11 @@ func invalidMessage(format string, args ...any) error {
 // Errors wrap [ErrInvalidMessage] and name the offending field; they never
 // repeat the key or the value.
 func Encode(f Format, m *Message, ceType string) (body []byte, header http.Header, err error) {
-	if m == nil {
-		return nil, nil, invalidMessage("nil message")
-	}
 	if err := f.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}
-	if err := checkAttributes(m.Attributes); err != nil {
+	if err := checkMessage(m); err != nil {
 		return nil, nil, err
-	}
-	if hasControl(m.ContentType) {
-		return nil, nil, invalidMessage("content type must not contain control characters")
 	}
 	switch f {
 	case FormatCloudEventsBinary, FormatCloudEventsStructured:
@@ -177,13 +171,24 @@ func Encode(f Format, m *Message, ceType string) (body []byte, header http.Heade
 	case FormatEnvelope:
 		return encodeEnvelope(m)
 	}
-	return encodeRaw(m)
+	body, ct, h := encodeRaw(m)
+	h["Content-Type"] = []string{ct}
+	return body, h, nil
 }
 
 // NewRequest encodes m with [Encode] into a request to url, with m.ID as
 // its delivery id (sent as webhook-id). The caller adds what belongs to the
 // endpoint rather than the message: Signer, Auth.
 func NewRequest(url string, f Format, m *Message, ceType string) (*Request, error) {
+	if f == "" || f == FormatRaw {
+		// The raw format, every record's, without a Content-Type header
+		// made only to be taken out again.
+		if err := checkMessage(m); err != nil {
+			return nil, err
+		}
+		body, ct, h := encodeRaw(m)
+		return &Request{URL: url, Body: body, ContentType: ct, Header: h, DeliveryID: m.ID}, nil
+	}
 	body, h, err := Encode(f, m, ceType)
 	if err != nil {
 		return nil, err
@@ -193,38 +198,95 @@ func NewRequest(url string, f Format, m *Message, ceType string) (*Request, erro
 	return &Request{URL: url, Body: body, ContentType: ct, Header: h, DeliveryID: m.ID}, nil
 }
 
-func encodeRaw(m *Message) ([]byte, http.Header, error) {
-	h := make(http.Header, 4+len(m.Attributes)+len(m.Headers))
+// checkMessage refuses what no format can render: a nil message, bad
+// attributes, a content type with control characters.
+func checkMessage(m *Message) error {
+	if m == nil {
+		return invalidMessage("nil message")
+	}
+	if err := checkAttributes(m.Attributes); err != nil {
+		return err
+	}
+	if hasControl(m.ContentType) {
+		return invalidMessage("content type must not contain control characters")
+	}
+	return nil
+}
+
+// encodeRaw returns the body, the content type and the other headers of
+// m in the raw format.
+func encodeRaw(m *Message) (body []byte, ct string, h http.Header) {
 	ct, ctHeader := contentType(m)
 	if ct == "" {
 		ct = octetStream
 	}
-	h.Set("Content-Type", ct)
+	hs := newHeaderSet(len(m.Attributes) + 2 + len(m.Headers))
 	for _, a := range m.Attributes {
-		h.Set("Keyhook-"+a.Name, a.Value)
+		hs.set(attributeNames.name(a.Name), a.Value)
 	}
+	// The key, the time and the record headers' values are written into
+	// one string and cut from it: one allocation for all of them.
+	var scratch [512]byte
+	buf := scratch[:0]
+	keyName := ""
 	if m.Key != nil {
 		if headerExact(m.Key) {
-			h.Set(HeaderKey, string(m.Key))
+			keyName, buf = HeaderKey, append(buf, m.Key...)
 		} else {
-			h.Set(HeaderKeyBase64, base64.StdEncoding.EncodeToString(m.Key))
+			keyName, buf = HeaderKeyBase64, base64.StdEncoding.AppendEncode(buf, m.Key)
 		}
 	}
+	keyEnd := len(buf)
 	if !m.Time.IsZero() {
-		h.Set(HeaderTimestamp, m.Time.UTC().Format(time.RFC3339Nano))
+		buf = m.Time.UTC().AppendFormat(buf, time.RFC3339Nano)
 	}
-	addRecordHeaders(h, m.Headers, ctHeader)
-	return m.Value, h, nil
+	timeEnd := len(buf)
+	// ends[i] is where record header i's value ends, -1 when it is left
+	// out.
+	var endsScratch [16]int
+	ends := endsScratch[:0]
+	for i, rh := range m.Headers {
+		if !recordHeaderTravels(m.Headers, i, ctHeader) {
+			ends = append(ends, -1)
+			continue
+		}
+		buf = append(buf, rh.Value...)
+		ends = append(ends, len(buf))
+	}
+	vals := string(buf)
+	if keyName != "" {
+		hs.set(keyName, vals[:keyEnd])
+	}
+	if timeEnd > keyEnd {
+		hs.set(HeaderTimestamp, vals[keyEnd:timeEnd])
+	}
+	from := timeEnd
+	for i, end := range ends {
+		if end < 0 {
+			continue
+		}
+		hs.add(recordHeaderNames.name(m.Headers[i].Name), vals[from:end])
+		from = end
+	}
+	return m.Value, ct, hs.h
+}
+
+// recordHeaderTravels reports whether record header i travels as
+// Keyhook-Header-<name>: its name is a token, its value safe in a header,
+// and it is not the header at index skip (the one that supplied the
+// content type).
+func recordHeaderTravels(hs []Header, i, skip int) bool {
+	return i != skip && isToken(hs[i].Name) && headerSafe(hs[i].Value)
 }
 
 // addRecordHeaders adds every header that can travel as is as
 // Keyhook-Header-<name>, skipping the one at index skip.
 func addRecordHeaders(h http.Header, hs []Header, skip int) {
 	for i, rh := range hs {
-		if i == skip || !isToken(rh.Name) || !headerSafe(rh.Value) {
+		if !recordHeaderTravels(hs, i, skip) {
 			continue
 		}
-		h.Add(HeaderRecordPrefix+rh.Name, string(rh.Value))
+		h.Add(recordHeaderNames.name(rh.Name), string(rh.Value))
 	}
 }
 
@@ -266,7 +328,7 @@ func checkAttributes(as []Attr) error {
 			return invalidMessage("attribute name %q is reserved", a.Name)
 		case seen[name]:
 			return invalidMessage("attribute %q appears twice", a.Name)
-		case !headerSafe([]byte(a.Value)):
+		case !headerSafeString(a.Value):
 			return invalidMessage("attribute %q value must be UTF-8 text without control characters", a.Name)
 		}
 		seen[name] = true

@@ -41,30 +41,46 @@ type Limiters struct {
 
 	mu       sync.Mutex
 	byOrigin map[string]*Limiter
+	// byURL remembers the limiter of each endpoint URL, so an attempt
+	// does not parse its URL again to find it; cleared when it reaches
+	// maxLimiterURLs, as URLs come and go with subscriptions.
+	byURL map[string]*Limiter
 }
+
+const maxLimiterURLs = 4096
 
 // NewLimiters returns an empty set of limiters configured by cfg.
 func NewLimiters(cfg LimiterConfig) (*Limiters, error) {
 	if cfg.Max < 0 {
 		return nil, errors.New("webhooks: limiter max must not be negative (0 means unlimited)")
 	}
-	return &Limiters{cfg: cfg, byOrigin: map[string]*Limiter{}}, nil
+	return &Limiters{cfg: cfg, byOrigin: map[string]*Limiter{}, byURL: map[string]*Limiter{}}, nil
 }
 
 // For returns the limiter of rawURL's origin, creating it on first use.
 // The error wraps [ErrInvalidURL] when rawURL has no http or https origin.
 func (ls *Limiters) For(rawURL string) (*Limiter, error) {
+	ls.mu.Lock()
+	l, ok := ls.byURL[rawURL]
+	ls.mu.Unlock()
+	if ok {
+		return l, nil
+	}
 	origin, err := Origin(rawURL)
 	if err != nil {
 		return nil, err
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	l, ok := ls.byOrigin[origin]
+	l, ok = ls.byOrigin[origin]
 	if !ok {
 		l = newLimiter(origin, ls.cfg.Max)
 		ls.byOrigin[origin] = l
 	}
+	if len(ls.byURL) >= maxLimiterURLs {
+		clear(ls.byURL)
+	}
+	ls.byURL[rawURL] = l
 	return l, nil
 }
 

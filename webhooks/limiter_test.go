@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,6 +245,33 @@ func TestLimitersShareOneLimiterPerOrigin(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, ls.Stats()); diff != "" {
 		t.Errorf("Stats (-want +got):\n%s", diff)
+	}
+}
+
+// For remembers the limiter of each URL it saw; past that memory's bound
+// a URL seen again must still get its origin's limiter.
+func TestLimitersKeepOneLimiterPerOriginPastTheURLsTheyRemember(t *testing.T) {
+	ls, err := webhooks.NewLimiters(webhooks.LimiterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := ls.For("http://hooks.example.com/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10000 {
+		for _, u := range []string{"http://hooks.example.com/" + strconv.Itoa(i), "http://hooks.example.com/0"} {
+			l, err := ls.For(u)
+			if err != nil {
+				t.Fatalf("For(%q): %v", u, err)
+			}
+			if l != first {
+				t.Fatalf("For(%q) after %d URLs: another limiter than its origin's", u, i)
+			}
+		}
+	}
+	if got := len(ls.Stats()); got != 1 {
+		t.Errorf("%d limiters, want 1 for one origin", got)
 	}
 }
 

@@ -82,13 +82,19 @@ func sameOrigin(a, b *http.Request) bool {
 	return errA == nil && errB == nil && oa == ob
 }
 
+// redirects is how many redirects an attempt of r follows: its own
+// allowance, else the client's.
+func (c *Client) redirects(r *Request) int {
+	if r.FollowRedirects != 0 {
+		return r.FollowRedirects
+	}
+	return c.cfg.FollowRedirects
+}
+
 // withRedirectRules records in ctx how r may be redirected, credentials
 // naming its credential headers.
 func (c *Client) withRedirectRules(ctx context.Context, r *Request, credentials []string) context.Context {
-	rules := redirectRules{limit: r.FollowRedirects, credentials: credentials, clientCert: r.Auth != nil && r.Auth.ClientCert != nil}
-	if rules.limit == 0 {
-		rules.limit = c.cfg.FollowRedirects
-	}
+	rules := redirectRules{limit: c.redirects(r), credentials: credentials, clientCert: r.Auth != nil && r.Auth.ClientCert != nil}
 	if rules.limit == 0 {
 		return ctx // nothing is followed, so nothing needs dropping
 	}

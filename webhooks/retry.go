@@ -199,28 +199,40 @@ type Retries struct {
 // validation error, so the mistake surfaces in the dead-letter topic
 // instead of stalling the key forever.
 func NewRetries(p RetryPolicy, clock Clock) *Retries {
+	rt := new(Retries)
+	rt.Reset(p, clock)
+	return rt
+}
+
+// Reset makes rt the budget [NewRetries] returns for p and clock, in rt's
+// own memory: a caller that keeps a Retries in the state of each delivery
+// allocates nothing for it.
+func (rt *Retries) Reset(p RetryPolicy, clock Clock) {
 	if clock == nil {
 		clock = systemClock{}
 	}
-	rt := &Retries{clock: clock}
+	*rt = Retries{clock: clock}
 	if err := p.Validate(); err != nil {
 		rt.end(OutcomeFinal, fmt.Errorf("webhooks: deliver: invalid policy: %w", err))
-		return rt
+		return
 	}
 	rt.p = p.WithDefaults()
-	b, err := backoff.New(backoff.Config{
+	if err := rt.backoffConfig().Validate(); err != nil { // a valid policy is a valid backoff; kept final, not a panic
+		rt.end(OutcomeFinal, fmt.Errorf("webhooks: deliver: %w", err))
+	}
+}
+
+// backoffConfig is the backoff of rt's policy. The backoff itself is
+// made at the first retry: most deliveries succeed at once and never
+// wait.
+func (rt *Retries) backoffConfig() backoff.Config {
+	return backoff.Config{
 		Initial:    rt.p.InitialInterval,
 		Max:        rt.p.MaxInterval,
 		Multiplier: rt.p.Multiplier,
 		Jitter:     rt.p.RandomizationFactor,
-		Clock:      clock,
-	})
-	if err != nil { // a valid policy is a valid backoff; kept final, not a panic
-		rt.end(OutcomeFinal, fmt.Errorf("webhooks: deliver: %w", err))
-		return rt
+		Clock:      rt.clock,
 	}
-	rt.b = b
-	return rt
 }
 
 // Next is the number of the next attempt, from 1.
@@ -285,6 +297,9 @@ func (rt *Retries) record(s step) (time.Duration, bool) {
 		rt.res = exhausted(rt.res, fmt.Sprintf("after %d attempts", n), s.err)
 		rt.done = true
 		return 0, false
+	}
+	if rt.b == nil {
+		rt.b = backoff.MustNew(rt.backoffConfig()) // checked by Reset
 	}
 	wait := min(max(rt.b.Next(), s.retryAfter), rt.p.MaxInterval)
 	if p := rt.p; p.MaxElapsed > 0 && rt.clock.Now().Sub(rt.res.First)+wait > p.MaxElapsed {

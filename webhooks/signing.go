@@ -100,13 +100,19 @@ func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // sign returns the base64 HMAC-SHA256 of "id.timestamp.body" under s.
 func (s Secret) sign(id, ts string, body []byte) string {
+	return string(s.appendSign(nil, id, []byte(ts), body))
+}
+
+// appendSign appends sign's answer to b.
+func (s Secret) appendSign(b []byte, id string, ts, body []byte) []byte {
 	mac := hmac.New(sha256.New, s.key)
-	mac.Write([]byte(id))
+	_, _ = io.WriteString(mac, id)
 	mac.Write([]byte{'.'})
-	mac.Write([]byte(ts))
+	mac.Write(ts)
 	mac.Write([]byte{'.'})
 	mac.Write(body)
-	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	var sum [sha256.Size]byte
+	return base64.StdEncoding.AppendEncode(b, mac.Sum(sum[:0]))
 }
 
 // Signer signs requests the Standard Webhooks way. It is safe for
@@ -130,22 +136,39 @@ type Signer struct {
 // (five minutes is usual), so sign each attempt when it is sent, as
 // [Client.Send] does, never once per delivery.
 func (s *Signer) Sign(id string, ts time.Time, body []byte, h http.Header) {
-	unix := strconv.FormatInt(ts.Unix(), 10)
-	h.Set(HeaderWebhookID, id)
-	h.Set(HeaderWebhookTimestamp, unix)
-	sigs := make([]string, 0, len(s.Secrets))
+	// The timestamp and the signatures are written into one string and
+	// cut from it: every attempt is signed, and each piece on its own
+	// would cost an allocation.
+	var scratch [256]byte
+	b := strconv.AppendInt(scratch[:0], ts.Unix(), 10)
+	unixEnd := len(b)
+	signed := 0
 	for _, sec := range s.Secrets {
 		if sec.IsZero() {
 			continue
 		}
-		sigs = append(sigs, "v1,"+sec.sign(id, unix, body))
+		if signed > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, "v1,"...)
+		b = sec.appendSign(b, id, b[:unixEnd], body)
+		signed++
 	}
-	if len(sigs) == 0 {
-		h.Del(HeaderWebhookSignature)
+	vals := string(b)
+	hs := headerSet{h: h, vals: make([]string, 0, 3)}
+	hs.set(canonicalWebhookID, id)
+	hs.set(canonicalWebhookTimestamp, vals[:unixEnd])
+	if signed == 0 {
+		delete(h, canonicalWebhookSignature)
 		return
 	}
-	h.Set(HeaderWebhookSignature, strings.Join(sigs, " "))
+	hs.set(canonicalWebhookSignature, vals[unixEnd:])
 }
+
+var (
+	canonicalWebhookTimestamp = http.CanonicalHeaderKey(HeaderWebhookTimestamp)
+	canonicalWebhookSignature = http.CanonicalHeaderKey(HeaderWebhookSignature)
+)
 
 // signed signs the request's attempt when it is sent, with the attempt's
 // start as the timestamp. A signed request needs a delivery id; without

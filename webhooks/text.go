@@ -31,7 +31,12 @@ func isTokenByte(c byte) bool {
 // headerSafe reports whether b can travel as an HTTP header value: valid
 // UTF-8 without control characters other than tab.
 func headerSafe(b []byte) bool {
-	return utf8.Valid(b) && !hasControl(string(b))
+	return utf8.Valid(b) && !hasControl(b)
+}
+
+// headerSafeString is headerSafe for a string.
+func headerSafeString(s string) bool {
+	return utf8.ValidString(s) && !hasControl(s)
 }
 
 // headerExact reports whether b can travel as an HTTP header value and
@@ -46,7 +51,7 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' }
 // hasControl reports whether s holds a control character other than tab:
 // such a character in a header value could end the header (CR, LF) or be
 // refused by the transport.
-func hasControl(s string) bool {
+func hasControl[T ~string | ~[]byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
 			return true

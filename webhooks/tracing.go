@@ -19,8 +19,14 @@ const instrumentation = "github.com/keyhook/keyhook/webhooks"
 
 // startAttempt opens the client span of one attempt, a child of whatever
 // span ctx carries (the caller's delivery span), with the HTTP client
-// semantic conventions and the caller's own attributes.
+// semantic conventions and the caller's own attributes. Attributes cost
+// allocations on every attempt; only a span that records gets them, so
+// tracing off stays nearly free.
 func (c *Client) startAttempt(ctx context.Context, r *Request, attempt int) (context.Context, trace.Span) {
+	ctx, span := c.tracer.Start(ctx, "POST", clientSpan...)
+	if !span.IsRecording() {
+		return ctx, span
+	}
 	attrs := make([]attribute.KeyValue, 0, 6+len(r.SpanAttributes))
 	attrs = append(attrs, semconv.HTTPRequestMethodPost, semconv.URLFull(redactURL(r.URL)))
 	if u, err := url.Parse(r.URL); err == nil {
@@ -37,11 +43,18 @@ func (c *Client) startAttempt(ctx context.Context, r *Request, attempt int) (con
 		attrs = append(attrs, semconv.HTTPRequestResendCount(attempt-1))
 	}
 	attrs = append(attrs, r.SpanAttributes...)
-	return c.tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	span.SetAttributes(attrs...)
+	return ctx, span
 }
+
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 // endAttempt records the attempt's outcome on its span and ends it.
 func endAttempt(span trace.Span, a *Attempt) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	if a.Status > 0 {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(a.Status))
 	}

@@ -53,6 +53,10 @@ func TestQuickRunDeliversEveryRecordAndWritesResults(t *testing.T) {
 		}
 		for _, r := range s.Runs {
 			name := "scenario " + s.ID + ", " + r.Contender.Name
+			if r.Outcome == outcomeSkipped {
+				t.Logf("%s: %s", name, r.Notes[0])
+				continue
+			}
 			switch {
 			case r.Contender.Serial && r.Outcome == outcomeCapped:
 				if r.Delivered == 0 {
@@ -64,7 +68,7 @@ func TestQuickRunDeliversEveryRecordAndWritesResults(t *testing.T) {
 			if r.Overlaps != 0 || r.Reorders != 0 {
 				t.Errorf("%s: per-key order broken: %d overlapping requests, %d out of order", name, r.Overlaps, r.Reorders)
 			}
-			if r.Duplicates != 0 {
+			if r.Duplicates != 0 && r.Contender.Mode != modeWrk { // wrk cannot stop at the last body
 				t.Errorf("%s: %d duplicate deliveries without any failure", name, r.Duplicates)
 			}
 			for field, v := range map[string]float64{

@@ -64,6 +64,8 @@ type childSpec struct {
 	// its pprof CPU profile and allocation profile.
 	CPUProfile    string `json:"cpu_profile,omitempty"`
 	AllocsProfile string `json:"allocs_profile,omitempty"`
+	// Jar is the Parallel Consumer contender's jar.
+	Jar string `json:"jar,omitempty"`
 }
 
 // sample is a child's state at one moment.
@@ -186,11 +188,15 @@ func runChild(ctx context.Context, spec childSpec, out *childOut) (childReport, 
 		err = runCeilingA(ctx, spec, out, &rep)
 	case modeCeilingB:
 		err = runCeilingB(ctx, spec, out, &rep)
+	case modeParallelConsumer:
+		err = runParallelConsumer(ctx, spec, out, &rep)
+	case modeWrk:
+		err = runWrk(ctx, spec, out, &rep)
 	default:
 		err = fmt.Errorf("bench child: unknown mode %q", spec.Mode)
 	}
 	rep.CPUTotal = cpuNanos()
-	rep.VmHWMKB = vmHWM()
+	rep.VmHWMKB = max(rep.VmHWMKB, vmHWM()) // a contender may report its JVM's
 	if spec.AllocsProfile != "" {
 		if f, ferr := os.Create(spec.AllocsProfile); ferr == nil {
 			_ = pprof.Lookup("allocs").WriteTo(f, 0)

@@ -30,7 +30,11 @@
 //     partition and none;
 //   - ceiling A: the same webhooks.Client posting the same requests with the
 //     same concurrency, without Kafka or Redis;
-//   - ceiling B: consuming the same records without HTTP.
+//   - ceiling B: consuming the same records without HTTP;
+//   - Parallel Consumer: Confluent's parallel-consumer-core 0.5.3.2 on the
+//     JVM (test/bench/pc, built with Maven when java and mvn are on PATH,
+//     reported skipped otherwise), ordering KEY, maxConcurrency the
+//     scenario's max_in_flight, posting through a blocking HTTP client.
 //
 // Scenario 6 is of another kind (sharing.go): keyhook key alone, on one
 // partition, run with 1, 2, 3 and 4 nodes, each node a child process of

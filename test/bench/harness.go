@@ -30,6 +30,8 @@ type harness struct {
 	logw io.Writer
 	// progress receives one line per step.
 	progress io.Writer
+	// pc is the Parallel Consumer contender's jar, built when first run.
+	pc parallelBuild
 }
 
 func newHarness(ctx context.Context, opts options, logw, progress io.Writer) (*harness, error) {
@@ -110,8 +112,13 @@ func (h *harness) runScenario(ctx context.Context, sc scenario) (*scenarioResult
 		// produced just before it starts: the end-to-end latency then
 		// measures how long each record of the burst waited, the same way
 		// for every contender.
+		if r := h.skipped(ctx, c, d); r != nil {
+			h.logf("  %-24s %s", c.Name, r.Notes[0])
+			res.Runs = append(res.Runs, r)
+			continue
+		}
 		topic := fmt.Sprintf("bench-s%s-%s-%d", sc.ID, slug(c.Name), time.Now().UnixNano())
-		if c.Mode != modeCeilingA {
+		if c.Mode != modeCeilingA && c.Mode != modeWrk {
 			if err := h.kafka.createTopic(ctx, topic, sc.Partitions); err != nil {
 				return nil, err
 			}
@@ -146,6 +153,7 @@ func (h *harness) childSpecFor(sc scenario, topic string, c contender) childSpec
 // the scenario asks for or its cap passed.
 func (h *harness) runContender(ctx context.Context, sc scenario, d *dataset, topic string, c contender) (*runResult, error) {
 	spec := h.childSpecFor(sc, topic, c)
+	spec.Jar = h.pc.jar
 	if h.opts.profile && c.Mode == modeKeyhook {
 		dir := filepath.Join(h.opts.out, "profiles")
 		base := filepath.Join(dir, "s"+sc.ID+"-"+slug(c.Name))
@@ -215,6 +223,7 @@ const (
 	outcomeComplete = "complete" // delivered everything asked
 	outcomeCapped   = "capped"   // ran for its cap
 	outcomeFailed   = "failed"   // never delivered anything
+	outcomeSkipped  = "skipped"  // cannot run on this machine
 )
 
 // await waits until the run is complete, capped or failed.

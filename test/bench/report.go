@@ -404,6 +404,7 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 	}
 	var notes []string
 	notes = append(notes, sc.Notes...)
+	notes = append(notes, peerNotes(s)...)
 	for _, r := range s.Runs {
 		if len(r.RedisByCommand) > 0 {
 			notes = append(notes, r.Contender.Name+": Redis commands by name: "+byName(r.RedisByCommand))
@@ -438,7 +439,7 @@ func byName(m map[string]int64) string {
 }
 
 func orderCell(r *runResult) string {
-	if r.Contender.Mode == modeCeilingA || r.Contender.Ordering == "none" {
+	if r.Contender.Mode == modeCeilingA || r.Contender.Mode == modeWrk || r.Contender.Ordering == "none" {
 		return "not checked (no order promised)"
 	}
 	return fmt.Sprintf("%d / %d", r.Overlaps, r.Reorders)

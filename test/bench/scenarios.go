@@ -36,7 +36,7 @@ var (
 	cCeilingA  = contender{Name: "ceiling A (HTTP only)", Mode: modeCeilingA}
 	cCeilingB  = contender{Name: "ceiling B (Kafka only)", Mode: modeCeilingB}
 
-	allContenders = []contender{cBaseline, cKey, cPartition, cNone, cCeilingA, cCeilingB}
+	allContenders = []contender{cBaseline, cKey, cPartition, cNone, cCeilingA, cCeilingB, cParallel, cWrk}
 )
 
 // scenario is one workload every contender runs on the same records.

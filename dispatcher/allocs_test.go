@@ -1,0 +1,57 @@
+package dispatcher
+
+import (
+	"testing"
+)
+
+// Allocation budgets of one delivery, measured as the benchmarks of
+// delivery_bench_test.go measure them. A change that goes over one is a
+// regression of the per-record cost, not noise: allocation counts do not
+// depend on the machine's load.
+const (
+	// maxAllocsPerDelivery covers keyhook's own work: render, span,
+	// metrics, retry budget, result (the sender answers at once).
+	maxAllocsPerDelivery = 15
+	// maxAllocsPerSentDelivery adds the webhooks client and net/http's
+	// client side, sending to a kept-alive sink that allocates nothing.
+	maxAllocsPerSentDelivery = 90
+)
+
+func TestDeliveryAllocationsStayWithinBudget(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	rec := benchRecord()
+	tests := []struct {
+		name string
+		max  float64
+		url  func(testing.TB) string
+		okay bool // okSender instead of a real client
+	}{
+		{name: "keyhook's own work", max: maxAllocsPerDelivery, okay: true},
+		{name: "sent over a kept-alive connection", max: maxAllocsPerSentDelivery, url: startRawSink},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := "http://example.com/"
+			if tt.url != nil {
+				url = tt.url(t)
+			}
+			g, w := benchGroup(t, url)
+			if tt.okay {
+				g.n.sender = okSender{}
+			}
+			deliver := func() {
+				f := g.newFlight(w, rec, nil)
+				if _, done := f.step(); !done || !f.acked {
+					t.Fatalf("delivery not acked: %+v", f.last)
+				}
+				w.results = w.results[:0]
+			}
+			deliver() // the connection and the caches, once
+			if got := testing.AllocsPerRun(200, deliver); got > tt.max {
+				t.Errorf("%v allocations per delivery, want at most %v", got, tt.max)
+			}
+		})
+	}
+}

@@ -59,10 +59,10 @@
 //     restarts. (With Split's own boundaries N−2 members would restart:
 //     every boundary of Split(N+1) but the first and last falls inside
 //     a range of Split(N).) Removing a member gives its ranges to the
-//     others; a
-//     member whose share grows cannot grow in place (its fetch position
-//     is past the hashes it gains), so it restarts: it gets nothing of
-//     the partition for one generation and its new ranges in the next.
+//     others; a member whose share grows cannot grow in place (its fetch
+//     position is past the hashes it gains), so it restarts: it gets
+//     nothing of the partition for one generation and its new ranges in
+//     the next.
 //     A change of membership thus settles in two generations: one to
 //     shrink or revoke, one to hand out what was freed.
 //

@@ -98,12 +98,8 @@ func (s Secret) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String(
 // LogValue keeps the key out of slog output, whatever the handler.
 func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
-// sign returns the base64 HMAC-SHA256 of "id.timestamp.body" under s.
-func (s Secret) sign(id, ts string, body []byte) string {
-	return string(s.appendSign(nil, id, []byte(ts), body))
-}
-
-// appendSign appends sign's answer to b.
+// appendSign appends the base64 HMAC-SHA256 of "id.timestamp.body"
+// under s to b.
 func (s Secret) appendSign(b []byte, id string, ts, body []byte) []byte {
 	mac := hmac.New(sha256.New, s.key)
 	_, _ = io.WriteString(mac, id)

@@ -201,12 +201,37 @@ func (l *Log) EnsureTopic(ctx context.Context) error {
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("configlog: create topic %q: %w", l.cfg.Topic, err)
 	}
+	// Right after the create, the broker may not know the topic yet: its
+	// metadata and configs answer UNKNOWN_TOPIC_OR_PARTITION for a moment.
+	deadline := time.Now().Add(topicSettleTimeout)
+	for {
+		err := l.checkTopic(ctx)
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// topicSettleTimeout bounds how long EnsureTopic waits for the broker to
+// know a topic it just created.
+const topicSettleTimeout = 15 * time.Second
+
+// checkTopic refuses a topic that is not one compacted partition.
+func (l *Log) checkTopic(ctx context.Context) error {
 	topics, err := l.adm.ListTopics(ctx, l.cfg.Topic)
 	if err != nil {
 		return fmt.Errorf("configlog: describe topic %q: %w", l.cfg.Topic, err)
 	}
 	td, ok := topics[l.cfg.Topic]
-	if ok && td.Err == nil && len(td.Partitions) != 1 {
+	if ok && td.Err != nil {
+		return fmt.Errorf("configlog: describe topic %q: %w", l.cfg.Topic, td.Err)
+	}
+	if ok && len(td.Partitions) != 1 {
 		return fmt.Errorf("configlog: topic %q has %d partitions, want 1: %w", l.cfg.Topic, len(td.Partitions), ErrTopicUnfit)
 	}
 	described, err := l.adm.DescribeTopicConfigs(ctx, l.cfg.Topic)

@@ -164,12 +164,11 @@ func (h *harness) runContender(ctx context.Context, sc scenario, d *dataset, top
 	h.sink.begin(run)
 	defer h.sink.end()
 
-	var before map[string]int64
+	var mark redisMark
 	var ts *trackSampler
-	samplerBefore := h.samplerCt.snapshot()
 	if c.Mode == modeKeyhook {
 		var err error
-		if before, err = commandStats(ctx, h.rdb); err != nil {
+		if mark, err = h.markRedis(ctx); err != nil {
 			return nil, err
 		}
 		ts = startTrackSampler(ctx, h, spec.Group, topic, sc.Partitions)
@@ -196,16 +195,9 @@ func (h *harness) runContender(ctx context.Context, sc scenario, d *dataset, top
 	}
 	r := &runResult{Contender: c, Outcome: outcome, Records: d.spec.Records}
 	if c.Mode == modeKeyhook {
-		after, err := commandStats(ctx, h.rdb)
-		if err != nil {
+		if err := h.countRedis(ctx, mark, r); err != nil {
 			return nil, err
 		}
-		mine := h.samplerCt.snapshot()
-		for k, v := range samplerBefore {
-			mine[k] -= v
-		}
-		delta := diffCommands(before, after, mine)
-		r.RedisCommands, r.RedisScripts, r.RedisByCommand = delta.total, delta.scripts, delta.byName
 	}
 	if stopErr != nil {
 		r.Notes = append(r.Notes, "child: "+stopErr.Error())

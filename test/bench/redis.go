@@ -125,6 +125,32 @@ func commandStats(ctx context.Context, c *redis.Client) (map[string]int64, error
 	return out, nil
 }
 
+// redisMark is where a run's count of Redis commands starts: the server's
+// counts and the bench's own sampler's.
+type redisMark struct{ stats, sampler map[string]int64 }
+
+func (h *harness) markRedis(ctx context.Context) (redisMark, error) {
+	sampler := h.samplerCt.snapshot()
+	stats, err := commandStats(ctx, h.rdb)
+	return redisMark{stats: stats, sampler: sampler}, err
+}
+
+// countRedis sets r's Redis counts: the commands the server ran since m,
+// less those of the bench's own sampler.
+func (h *harness) countRedis(ctx context.Context, m redisMark, r *runResult) error {
+	after, err := commandStats(ctx, h.rdb)
+	if err != nil {
+		return err
+	}
+	mine := h.samplerCt.snapshot()
+	for k, v := range m.sampler {
+		mine[k] -= v
+	}
+	delta := diffCommands(m.stats, after, mine)
+	r.RedisCommands, r.RedisScripts, r.RedisByCommand = delta.total, delta.scripts, delta.byName
+	return nil
+}
+
 // commandDelta is what the contender ran between two snapshots: every
 // command but INFO (the bench's own snapshots), minus the commands the
 // bench's own sampler sent.

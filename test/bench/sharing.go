@@ -75,11 +75,10 @@ func (h *harness) runNodes(ctx context.Context, sc scenario, d *dataset, topic s
 	run := newSinkRun(d, sc.Sink, true)
 	h.sink.begin(run)
 	defer h.sink.end()
-	before, err := commandStats(ctx, h.rdb)
+	mark, err := h.markRedis(ctx)
 	if err != nil {
 		return nil, err
 	}
-	samplerBefore := h.samplerCt.snapshot()
 	cpuBefore := takeCPUSnapshot(h.redis.cmd.Process.Pid)
 
 	children := make([]*child, 0, n)
@@ -109,16 +108,9 @@ func (h *harness) runNodes(ctx context.Context, sc scenario, d *dataset, topic s
 	cpuAfter := takeCPUSnapshot(h.redis.cmd.Process.Pid)
 
 	r := &runResult{Contender: c, Outcome: outcome, Records: d.spec.Records}
-	after, err := commandStats(ctx, h.rdb)
-	if err != nil {
+	if err := h.countRedis(ctx, mark, r); err != nil {
 		return nil, err
 	}
-	mine := h.samplerCt.snapshot()
-	for k, v := range samplerBefore {
-		mine[k] -= v
-	}
-	delta := diffCommands(before, after, mine)
-	r.RedisCommands, r.RedisScripts, r.RedisByCommand = delta.total, delta.scripts, delta.byName
 	for i, err := range errs {
 		if err != nil {
 			r.Notes = append(r.Notes, fmt.Sprintf("node %d: %v", i, err))

@@ -23,7 +23,7 @@ func TestBrieflyMissingSubscriptionKeepsItsConsumer(t *testing.T) {
 	f <- []*subscription.Subscription{sub}
 	h := startNodeWith(t, brokers, rdb, f, func(c *dispatcher.Config) { c.RemoveGrace = 2 * time.Second })
 	sink.WaitAcked(t, 100, time.Minute)
-	waitFor(t, 30*time.Second, "the node owns the partition", func() bool { return len(h.node.Owned()) == 1 })
+	testutil.WaitFor(t, 30*time.Second, "the node owns the partition", func() bool { return len(h.node.Owned()) == 1 })
 
 	f <- nil // the store came back empty
 	time.Sleep(500 * time.Millisecond)
@@ -39,5 +39,5 @@ func TestBrieflyMissingSubscriptionKeepsItsConsumer(t *testing.T) {
 	f <- nil // deleted for good
 	time.Sleep(2100 * time.Millisecond)
 	f <- nil // a resync past the grace
-	waitFor(t, 30*time.Second, "the consumer of a deleted subscription stops", func() bool { return len(h.node.Owned()) == 0 })
+	testutil.WaitFor(t, 30*time.Second, "the consumer of a deleted subscription stops", func() bool { return len(h.node.Owned()) == 0 })
 }

@@ -48,7 +48,7 @@ func TestTrackingStateNamesTheRecordHoldingTheWatermark(t *testing.T) {
 	}
 	pk := tracking.PartitionKey{Subscription: sub.ID, Topic: "holding", Partition: 0}
 	var h *tracking.Holding
-	waitFor(t, 30*time.Second, "the tracking state shows the stuck record after 4 attempts", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the tracking state shows the stuck record after 4 attempts", func() bool {
 		st, err := tr.Load(context.Background(), []tracking.PartitionKey{pk})
 		if err != nil {
 			return false

@@ -33,13 +33,13 @@ func TestNodesBeyondThePartitionCountShareItByKeyRange(t *testing.T) {
 
 		sub := newSub("shared", topic, sink.URL, subscription.OrderKey, 16)
 		nodes := []*nodeHandle{startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)}
-		waitFor(t, 30*time.Second, "the first node delivers", func() bool { return sink.AckedCount() > 200 })
+		testutil.WaitFor(t, 30*time.Second, "the first node delivers", func() bool { return sink.AckedCount() > 200 })
 		for range 2 {
 			nodes = append(nodes, startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil))
 		}
 		// The three split the partition while records flow.
 		t.Logf("three nodes: %v (%d acked)", waitShared(t, nodes), sink.AckedCount())
-		waitFor(t, 30*time.Second, "the third node delivers", func() bool { return delivered(nodes[2].node) > 0 })
+		testutil.WaitFor(t, 30*time.Second, "the third node delivers", func() bool { return delivered(nodes[2].node) > 0 })
 		nodes[2].stop(t)
 		t.Logf("two nodes: %v (%d acked)", waitShared(t, nodes[:2]), sink.AckedCount())
 		sink.WaitAcked(t, n, 3*time.Minute)
@@ -67,7 +67,7 @@ func TestNodesBeyondThePartitionCountShareItByKeyRange(t *testing.T) {
 func waitShared(t *testing.T, nodes []*nodeHandle) []keyrange.Set {
 	t.Helper()
 	var ranges []keyrange.Set
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d nodes own disjoint ranges covering the partition", len(nodes)), func() bool {
+	testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d nodes own disjoint ranges covering the partition", len(nodes)), func() bool {
 		ranges = ranges[:0]
 		var all keyrange.Set
 		for _, h := range nodes {
@@ -102,16 +102,4 @@ func delivered(n *dispatcher.Node) int64 {
 		d += g.Delivered
 	}
 	return d
-}
-
-// waitFor polls cond every 50ms until it holds, failing after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -130,7 +130,7 @@ func runCell(t *testing.T, brokers []string, ordering subscription.Ordering, bat
 	// graceful handovers with deliveries in flight.
 	sink.WaitAcked(t, cellRecords/4, 60*time.Second)
 	second := startNode(t, "node-b", brokers, rdb)
-	waitFor(t, 60*time.Second, "node-b owns a partition", func() bool { return len(second.Node().Owned()) > 0 })
+	testutil.WaitFor(t, 60*time.Second, "node-b owns a partition", func() bool { return len(second.Node().Owned()) > 0 })
 	atHandover := sink.AckedCount()
 	first.stop(t)
 	if err := <-produced; err != nil {
@@ -283,17 +283,6 @@ func newClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // logger keeps the nodes quiet unless KEYHOOK_LOG_LEVEL asks otherwise.

@@ -135,7 +135,7 @@ func TestFaultRedisSentinelFailover(t *testing.T) {
 			t.Fatalf("SENTINEL SET %s: %v", kv[0], err)
 		}
 	}
-	waitFor(t, 30*time.Second, "the Sentinel knows the replica", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the Sentinel knows the replica", func() bool {
 		rs, err := sc.Replicas(ctx, master).Result()
 		return err == nil && len(rs) == 1
 	})
@@ -172,7 +172,7 @@ func TestFaultRedisSentinelFailover(t *testing.T) {
 	killedAt := time.Now()
 	killRedis(t, c.rdb)
 	_ = replica.Signal(syscall.SIGCONT)
-	waitFor(t, 30*time.Second, "the Sentinel promoted the replica", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the Sentinel promoted the replica", func() bool {
 		addr, err := sc.GetMasterAddrByName(ctx, master).Result()
 		return err == nil && net.JoinHostPort(addr[0], addr[1]) == replica.addr
 	})
@@ -454,7 +454,7 @@ func startReplica(t *testing.T, primary string) *replicaProc {
 	r := &replicaProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), cmd: cmd}
 	rc := redis.NewClient(&redis.Options{Addr: r.addr})
 	defer rc.Close()
-	waitFor(t, 30*time.Second, "the replica is in sync", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the replica is in sync", func() bool {
 		info, err := rc.Info(context.Background(), "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	})

@@ -397,7 +397,7 @@ func (c *cluster) waitOwned(slot int, timeout time.Duration) {
 	for _, s := range c.live() {
 		liveNames[c.slots[s].Name] = true
 	}
-	waitFor(c.t, timeout, fmt.Sprintf("%s owns a partition and every partition has a live owner", name), func() bool {
+	testutil.WaitFor(c.t, timeout, fmt.Sprintf("%s owns a partition and every partition has a live owner", name), func() bool {
 		owners := c.owners()
 		mine := false
 		for p := range int32(c.cfg.partitions) {
@@ -455,19 +455,6 @@ func (c *cluster) logLines(substrs ...string) map[string]int {
 		}
 	}
 	return out
-}
-
-// waitFor polls cond every 50ms until it holds, failing the test after
-// timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // sleepFor lets a scenario run for d while its background work goes on.

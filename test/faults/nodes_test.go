@@ -169,7 +169,7 @@ func TestFaultZombieIsFenced(t *testing.T) {
 	var zombie *testutil.Process
 	var zombieGen int32
 	const wantInFlight = 10
-	waitFor(t, 30*time.Second, fmt.Sprintf("partition %d has an owner with %d deliveries in flight", victim, wantInFlight), func() bool {
+	testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("partition %d has an owner with %d deliveries in flight", victim, wantInFlight), func() bool {
 		st, err := c.tracker.Load(context.Background(), []tracking.PartitionKey{pk})
 		s := st[pk]
 		if err != nil || s.InFlight < wantInFlight {

@@ -191,7 +191,7 @@ func TestFaultSharedZombieIsFenced(t *testing.T) {
 	zombie := c.slots[live[c.rng.IntN(len(live))]]
 	slow.Store(zombie.Name)
 	const wantInFlight = 10
-	waitFor(t, 30*time.Second, fmt.Sprintf("%s has %d deliveries in flight", zombie.Name, wantInFlight), func() bool {
+	testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%s has %d deliveries in flight", zombie.Name, wantInFlight), func() bool {
 		return c.sink.InFlightFrom(zombie.Name) >= wantInFlight
 	})
 	// The zombie's ranges and its generation, as tracking knows them now.
@@ -282,7 +282,7 @@ func rangesString(rs []tracking.RangeState) string {
 // sharing, the claim names the key ranges it delivers.
 func (c *cluster) waitClaimed(p *testutil.Process, timeout time.Duration) {
 	c.t.Helper()
-	waitFor(c.t, timeout, p.Name+" claims a partition", func() bool {
+	testutil.WaitFor(c.t, timeout, p.Name+" claims a partition", func() bool {
 		return len(claimsOf(p)) > 0
 	})
 }

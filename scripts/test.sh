@@ -98,6 +98,11 @@ else
 	step "go test -race -count=1 -timeout 30m (every package but faults) $*"
 	go test -race -count=1 -timeout 30m "${pkgs[@]}" "$@" || rc=$?
 	step_done
+	# The race detector allocates on its own, so the allocation budgets
+	# skip under it and run here.
+	step "go test -count=1 -run Allocations ./dispatcher/ (allocation budgets, without -race)"
+	go test -count=1 -run 'Allocations' ./dispatcher/ || rc=$?
+	step_done
 	step "go test -race -count=1 -timeout 45m -v ./test/faults/ $* (the fault suite, alone)"
 	faults_log=$(mktemp "${TMPDIR:-/tmp}/keyhook-faults.XXXXXX.log")
 	rc2=0

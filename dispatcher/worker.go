@@ -402,6 +402,13 @@ func (w *worker) run() {
 			w.m.Refill()
 			w.flush()
 			w.reshape()
+			// The watermark-age gauge needs no more than the tick's
+			// resolution; publish runs once per record.
+			if e := w.m.Holding(); e != nil {
+				w.pub.holdingSince.Store(e.Accepted.UnixNano())
+			} else {
+				w.pub.holdingSince.Store(0)
+			}
 		}
 		w.publish()
 	}
@@ -613,11 +620,6 @@ func (w *worker) publish() {
 	w.pub.watermark.Store(w.m.Watermark())
 	w.pub.next.Store(w.m.Next())
 	w.pub.pending.Store(int64(w.m.Pending()))
-	if e := w.m.Holding(); e != nil {
-		w.pub.holdingSince.Store(e.Accepted.UnixNano())
-	} else {
-		w.pub.holdingSince.Store(0)
-	}
 	w.pub.claimed.Store(w.m.Claimed())
 	c, ok := w.m.CommitCandidate()
 	if !ok {

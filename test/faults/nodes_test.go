@@ -185,6 +185,8 @@ func TestFaultZombieIsFenced(t *testing.T) {
 	})
 	stoppedAt := time.Now()
 	inFlight := c.sink.InFlight()
+	// Its requests left in flight overlap the new owner's: a failure's.
+	c.markFailed(zombie)
 	zombie.Signal(syscall.SIGSTOP)
 	unflushed := c.sink.CompletedSince(stoppedAt.Add(-unflushedWindow))
 	c.addBound(inFlight+unflushed, fmt.Sprintf("SIGSTOP %s: %d in flight + %d completed in the last %v", zombie.Name, inFlight, unflushed, unflushedWindow))
@@ -200,36 +202,46 @@ func TestFaultZombieIsFenced(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	var takenAt time.Time
-	var newOwner string
+	takenAt, newOwner := checkZombieFenced(t, fmt.Sprintf("partition %d", victim), samples, zombie.Name, zombieGen, stoppedAt, resumedAt)
+	if takenAt.IsZero() {
+		t.FailNow()
+	}
+	t.Logf("  partition %d taken over by %s %.1fs after SIGSTOP; %d state samples; zombie log: %v",
+		victim, newOwner, takenAt.Sub(stoppedAt).Seconds(), len(samples), zombieLog(c, zombie))
+}
+
+// checkZombieFenced checks the ownership samples of something a zombie
+// owned (a partition, a key hash): its epoch never goes back, another
+// owner takes it over while the zombie is stopped, and afterwards it
+// returns to the zombie only through a new claim in a newer group
+// generation, never through its old membership. It returns when and to
+// whom it was taken over, zero when it was not (an error).
+func checkZombieFenced(t *testing.T, what string, samples []ownerSample, zombie string, zombieGen int32, stoppedAt, resumedAt time.Time) (takenAt time.Time, newOwner string) {
+	t.Helper()
 	var lastEpoch int64
 	for _, s := range samples {
 		if s.epoch < lastEpoch {
-			t.Errorf("partition %d: epoch went back from %d to %d at %s (owner %q)", victim, lastEpoch, s.epoch, s.at.Format("15:04:05.000"), s.owner)
+			t.Errorf("%s: epoch went back from %d to %d at %s (owner %q)", what, lastEpoch, s.epoch, s.at.Format("15:04:05.000"), s.owner)
 		}
 		lastEpoch = max(lastEpoch, s.epoch)
 		if s.at.Before(stoppedAt) {
 			continue
 		}
-		if takenAt.IsZero() && s.owner != "" && s.owner != zombie.Name {
+		if takenAt.IsZero() && s.owner != "" && s.owner != zombie {
 			takenAt, newOwner = s.at, s.owner
 			continue
 		}
-		// After the takeover, the zombie may own the partition again only
-		// through a new claim in a newer group generation, never through
-		// its old membership.
-		if !takenAt.IsZero() && s.owner == zombie.Name && s.gen <= zombieGen {
-			t.Errorf("partition %d: owner back to the zombie %s (generation %d, epoch %d) at %s", victim, zombie.Name, s.gen, s.epoch, s.at.Format("15:04:05.000"))
+		if !takenAt.IsZero() && s.owner == zombie && s.gen <= zombieGen {
+			t.Errorf("%s: owner back to the zombie %s (generation %d, epoch %d) at %s", what, zombie, s.gen, s.epoch, s.at.Format("15:04:05.000"))
 		}
 	}
-	if takenAt.IsZero() {
-		t.Fatalf("partition %d was never taken over from %s while it was stopped", victim, zombie.Name)
+	switch {
+	case takenAt.IsZero():
+		t.Errorf("%s was never taken over from %s while it was stopped", what, zombie)
+	case takenAt.After(resumedAt):
+		t.Errorf("%s was taken over only at %s, after the zombie resumed at %s", what, takenAt.Format("15:04:05.000"), resumedAt.Format("15:04:05.000"))
 	}
-	if takenAt.After(resumedAt) {
-		t.Errorf("partition %d was taken over only at %s, after the zombie resumed at %s", victim, takenAt.Format("15:04:05.000"), resumedAt.Format("15:04:05.000"))
-	}
-	t.Logf("  partition %d taken over by %s %.1fs after SIGSTOP; %d state samples; zombie log: %v",
-		victim, newOwner, takenAt.Sub(stoppedAt).Seconds(), len(samples), zombieLog(c, zombie))
+	return takenAt, newOwner
 }
 
 // zombieLog counts what the zombie logged about being fenced.

@@ -229,12 +229,14 @@ type Machine[P any] struct {
 	// held is what pending records reserve of the Budget.
 	held int64
 	// parkedLanes are the lanes with parked records; parked counts those
-	// records, parkHeld what they reserve of the Budget. laneCap is the
-	// most records of a lane held in memory.
-	parkedLanes map[*lane[P]]struct{}
-	parked      int64
-	parkHeld    int64
-	laneCap     int
+	// records, parkHeld what they reserve of the ParkBudget. A lane
+	// holding laneCap records in memory parks its later ones; Unpark
+	// fills it up to refillCap, so that one fetch made again serves many
+	// of its records.
+	parkedLanes        map[*lane[P]]struct{}
+	parked             int64
+	parkHeld           int64
+	laneCap, refillCap int
 
 	claimed bool
 	stopped bool // draining or fenced: nothing more is dispatched
@@ -268,6 +270,7 @@ func New[P any](cfg Config) (*Machine[P], error) {
 		// A batch may take a lane's records up to its size.
 		laneCap: max(cfg.ParkAfter, cfg.Batch.MaxRecords),
 	}
+	m.refillCap = 4 * m.laneCap
 	m.done = &m.acked
 	return m, nil
 }
@@ -794,7 +797,8 @@ func (m *Machine[P]) Reread() int64 {
 
 // Unpark takes back parked records fetched again, in offset order. A
 // record is taken when it is the next parked one of its key and the key
-// has room: fewer than its cap in memory, and its bytes in the Budget.
+// has room: fewer than four times ParkAfter in memory, its bytes in the
+// Budget, and the window not full.
 // Any other record is ignored (not parked, taken already, or its key
 // still full), so the fetch may start anywhere and repeat itself. It
 // returns how many it took.
@@ -812,7 +816,7 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 			break
 		}
 		l := m.lanes[string(r.Key)]
-		if l == nil || len(l.parked) == 0 || len(l.q) >= m.laneCap {
+		if l == nil || len(l.parked) == 0 || len(l.q) >= m.refillCap {
 			continue
 		}
 		run := &l.parked[0]

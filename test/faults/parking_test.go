@@ -200,7 +200,7 @@ func TestFaultKill9WhileKeysParked(t *testing.T) {
 			if rereads[p.Name] == nil {
 				names = append(names, p.Name)
 			}
-			rereads[p.Name] = append(rereads[p.Name], fmt.Sprintf("from=%s at +%.1fs", logValue(line, "from"), at.Sub(recovered).Seconds()))
+			rereads[p.Name] = append(rereads[p.Name], fmt.Sprintf("from=%s at %+.1fs", logValue(line, "from"), at.Sub(recovered).Seconds()))
 		}
 	}
 	for _, name := range names {
@@ -210,6 +210,15 @@ func TestFaultKill9WhileKeysParked(t *testing.T) {
 	if len(rereads[newOwner]) == 0 {
 		t.Errorf("partition %d's new owner %s never logged re-reading parked records of it", victim.Partition, newOwner)
 	}
+	// What the new owner delivered of the stuck keys: past the first few
+	// of each, records it had parked.
+	byKey := map[string]int{}
+	for _, d := range c.sink.Deliveries() {
+		if d.Origin == newOwner && d.Partition == victim.Partition && isStuck[d.Key] && d.Status >= 200 && d.Status < 300 {
+			byKey[d.Key]++
+		}
+	}
+	t.Logf("  %s delivered of the stuck keys of partition %d: %v", newOwner, victim.Partition, byKey)
 	for _, p := range c.procs {
 		if !p.Exited() {
 			n, err := scrapeCounter(p.APIAddr, token, "keyhook_records_reread_total")

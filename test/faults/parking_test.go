@@ -353,7 +353,9 @@ func (w *parkWatch) poll() ([]statusPartition, error) {
 	if len(live) == 0 {
 		return nil, fmt.Errorf("no live node")
 	}
-	addr := w.c.slots[live[w.c.rng.IntN(len(live))]].APIAddr
+	// Round robin, not the scenario's random source: a replayed seed
+	// must make the same choices whatever the number of polls.
+	addr := w.c.slots[live[w.polls%len(live)]].APIAddr
 	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/subscriptions/"+w.c.sub.ID+"/status", nil)
 	if err != nil {
 		return nil, err

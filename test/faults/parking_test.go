@@ -35,11 +35,14 @@ const (
 	// a second are delivered while some 13 a second arrive, so its lane
 	// holds far more than a lane keeps in memory.
 	stuckLatency = 1500 * time.Millisecond
-	// parkWindow is the nodes' --max-window. Before records could be
-	// parked, a stuck key stopped its partition once the window between
-	// watermark and fetch position filled; a window of a few seconds of
-	// the partition's records makes that stop show within the scenario's
-	// time, so the flow check below tells the two behaviours apart.
+	// parkWindow is the nodes' --max-window. Without parking (--park-after
+	// 0) a stuck key stops its partition once the window between watermark
+	// and fetch position fills; a window of a few seconds of the
+	// partition's records makes that stop show within the scenario's time,
+	// so the flow check below tells the two behaviours apart. With
+	// parking it bounds the records in memory, which the new owner's
+	// backlog at the takeover passes: records of ordinary keys with one in
+	// memory are parked too, and re-read.
 	parkWindow = 2000
 )
 

@@ -102,10 +102,10 @@ func (g *group) retentionOf(topic string) (time.Duration, bool) {
 // guardEvery: records about to be deleted go out of their key's turn,
 // parked records the log start passed are counted lost.
 func (w *worker) guardRetention(now time.Time) {
-	if now.Sub(w.guardAt) < guardEvery || !w.m.Claimed() || w.m.Stopped() {
+	if now.Sub(w.guardRan) < guardEvery || !w.m.Claimed() || w.m.Stopped() {
 		return
 	}
-	w.guardAt = now
+	w.guardRan = now
 	ctx := context.Background()
 	if ls := w.logStart.Load(); ls > 0 {
 		if lost := w.m.ParkedLostBelow(ls); lost > 0 {
@@ -116,15 +116,15 @@ func (w *worker) guardRetention(now time.Time) {
 	}
 	ret, ok := w.g.retentionOf(w.tp.topic)
 	if !ok {
-		w.pub.expiresAt.Store(0)
+		w.pub.guardAt.Store(0)
 		return
 	}
-	if oldest := w.m.OldestTime(); !oldest.IsZero() {
-		w.pub.expiresAt.Store(oldest.Add(ret).UnixNano())
-	} else {
-		w.pub.expiresAt.Store(0)
-	}
 	cutoff := now.Add(-(ret - retentionMargin(ret)))
+	if oldest := w.m.OldestTime(); !oldest.IsZero() {
+		w.pub.guardAt.Store(oldest.Add(ret - retentionMargin(ret)).UnixNano())
+	} else {
+		w.pub.guardAt.Store(0)
+	}
 	if n := w.m.Expire(cutoff, 10000); n > 0 {
 		w.g.tel.expiring.Add(ctx, int64(n), metric.WithAttributeSet(w.attrs))
 		action := "dead-lettered"

@@ -76,7 +76,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	t.notOwned, e = m.Int64Counter("keyhook.records.not_owned", metric.WithDescription("Records read from a shared partition that another node delivers (their key hash is in its range): the read amplification of key-range sharing."), metric.WithUnit("{record}"))
 	must(e)
-	t.reread, e = m.Int64Counter("keyhook.records.reread", metric.WithDescription("Records read again from Kafka to take back parked ones (a key that held more than --park-after records parks the rest by offset): the read cost of stuck or slow keys."), metric.WithUnit("{record}"))
+	t.reread, e = m.Int64Counter("keyhook.records.reread", metric.WithDescription("Records fetched again from Kafka to take back parked ones (a key that held more than --park-after records parks the rest by offset); a pass reads every record from the lowest parked offset wanted, so this counts the read cost of stuck or slow keys, not the parked records."), metric.WithUnit("{record}"))
 	must(e)
 	t.expiring, e = m.Int64Counter("keyhook.records.expiring", metric.WithDescription("Pending records found about to be deleted by the topic's retention (a quarter of retention.ms before, at most 6 h) and let out of their key's turn: dead-lettered with the reason, or delivered at once when dead-lettering is off."), metric.WithUnit("{record}"))
 	must(e)
@@ -218,12 +218,12 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	partitionGauge("keyhook.records.parked", "Pending records of the partition held by offset only, their values dropped until their key has room: keys stuck or slower than their arrivals. Fetching goes on for the other keys.", "{record}",
 		func(w *worker) (int64, bool) { return w.pub.parked.Load(), true })
-	_, e = m.Float64ObservableGauge("keyhook.retention.headroom", metric.WithDescription("How long until the topic's retention (retention.ms) may delete the partition's oldest pending record; the retention guard acts at a quarter of the retention (at most 6 h) before. Absent for topics without time-based retention."), metric.WithUnit("s"),
+	_, e = m.Float64ObservableGauge("keyhook.retention.headroom", metric.WithDescription("How long until the retention guard lets the partition's oldest pending record out of its key's turn (dead-lettered, or delivered when dead-lettering is off): a quarter of the topic's retention.ms (at most 6 h) before the record may be deleted. Absent for topics without time-based retention or with nothing pending."), metric.WithUnit("s"),
 		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
 			now := time.Now().UnixNano()
 			for _, g := range n.groups() {
 				for _, w := range g.snapshotWorkers() {
-					if at := w.pub.expiresAt.Load(); at > 0 {
+					if at := w.pub.guardAt.Load(); at > 0 {
 						o.Observe(float64(at-now)/1e9, metric.WithAttributeSet(w.attrs))
 					}
 				}

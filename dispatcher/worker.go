@@ -154,8 +154,8 @@ type worker struct {
 	passSeq                 uint64
 	passPos                 int64
 	passStarted, passLogged time.Time
-	// guardAt is when the retention guard last ran.
-	guardAt time.Time
+	// guardRan is when the retention guard last ran.
+	guardRan time.Time
 }
 
 // progress is a record's latest attempt.
@@ -196,12 +196,12 @@ type published struct {
 	// parked counts the records parked by offset; reread those read
 	// again to take them back.
 	parked, reread atomic.Int64
-	// expiresAt is when the topic's retention may delete the oldest
-	// pending record, unix ns, 0 unknown or none.
-	expiresAt atomic.Int64
-	paused    atomic.Bool
-	fenced    atomic.Bool
-	claimed   atomic.Bool
+	// guardAt is when the retention guard acts on the oldest pending
+	// record, unix ns, 0 unknown or none.
+	guardAt atomic.Int64
+	paused  atomic.Bool
+	fenced  atomic.Bool
+	claimed atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.

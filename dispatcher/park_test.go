@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,4 +88,44 @@ func partitionStats(n *dispatcher.Node) dispatcher.PartitionStats {
 		}
 	}
 	return dispatcher.PartitionStats{}
+}
+
+// Conflation: while a key's record is in flight, its later records
+// supersede each other; when it is answered only the newest goes, the
+// others are acked without delivery, and the commit reaches the log end.
+func TestConflatingSubscriptionDeliversOnlyAKeysNewestRecord(t *testing.T) {
+	testutil.KafkaTiers(t, 1, []string{"conflate"}, func(t *testing.T, brokers []string) {
+		topic := "conflate"
+		if !strings.HasSuffix(t.Name(), "/kfake") {
+			topic = testutil.UniqueTopic("conflate")
+			testutil.CreateTopics(t, brokers, 1, topic)
+		}
+		rdb := testutil.StartRedis(t).Client()
+		sink := testutil.StartSink(t)
+		release := make(chan struct{})
+		var once sync.Once
+		defer once.Do(func() { close(release) })
+		sink.Latency = func(d *testutil.Delivery) time.Duration {
+			if d.Offset == 0 {
+				<-release
+			}
+			return 0
+		}
+		const n = 300
+		ends := produce(t, brokers, topic, n, func(int) string { return "state" }, func(int) int32 { return 0 })
+		sub := newSub("conflate", topic, sink.URL, subscription.OrderKey, 4)
+		sub.Conflate = true
+		startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+		testutil.WaitFor(t, 30*time.Second, "the first record in flight", func() bool { return sink.InFlight() == 1 })
+		time.Sleep(500 * time.Millisecond) // the rest is read meanwhile
+		once.Do(func() { close(release) })
+		testutil.WaitCommitted(t, testutil.Admin(t, brokers), sub.GroupID(), ends, 30*time.Second)
+		var got []int64
+		for _, d := range sink.Deliveries() {
+			got = append(got, d.Offset)
+		}
+		if len(got) != 2 || got[0] != 0 || got[1] != n-1 {
+			t.Fatalf("delivered offsets %v, want [0 %d]: the first, then only the newest", got, n-1)
+		}
+	})
 }

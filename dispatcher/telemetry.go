@@ -55,6 +55,7 @@ type telemetry struct {
 	notOwned     metric.Int64Counter
 	reread       metric.Int64Counter
 	expiring     metric.Int64Counter
+	superseded   metric.Int64Counter
 	lost         metric.Int64Counter
 }
 
@@ -79,6 +80,8 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	t.reread, e = m.Int64Counter("keyhook.records.reread", metric.WithDescription("Records fetched again from Kafka to take back parked ones (a key that held more than --park-after records parks the rest by offset); a pass reads every record from the lowest parked offset wanted, so this counts the read cost of stuck or slow keys, not the parked records."), metric.WithUnit("{record}"))
 	must(e)
 	t.expiring, e = m.Int64Counter("keyhook.records.expiring", metric.WithDescription("Pending records found about to be deleted by the topic's retention (a quarter of retention.ms before, at most 6 h) and let out of their key's turn: dead-lettered with the reason, or delivered at once when dead-lettering is off."), metric.WithUnit("{record}"))
+	must(e)
+	t.superseded, e = m.Int64Counter("keyhook.records.superseded", metric.WithDescription("Records of a conflating subscription acked without delivery: a newer record of their key arrived while they waited."), metric.WithUnit("{record}"))
 	must(e)
 	t.lost, e = m.Int64Counter("keyhook.records.lost", metric.WithDescription("Records never delivered, by reason: retention (parked records the log start passed before they could be read again). Any increase is an incident."), metric.WithUnit("{record}"))
 	must(e)

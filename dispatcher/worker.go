@@ -129,9 +129,10 @@ type worker struct {
 	// paces the next try after a failed one.
 	releasing    bool
 	releaseAfter time.Time
-	// foreign is the machine's count of records of other sharers as last
+	// foreign and superseded are the machine's counts of records of
+	// other sharers and of records conflation superseded, as last
 	// reported to the metrics.
-	foreign int64
+	foreign, superseded int64
 	// flushedNotes is the count of progress notes the last flush wrote.
 	flushedNotes uint64
 	epoch        int64
@@ -206,7 +207,7 @@ type published struct {
 
 // partitionConfig is the state machine configuration of s's partitions.
 func partitionConfig(s *subscription.Subscription, maxWindow int64, parkAfter int) partition.Config {
-	cfg := partition.Config{MaxWindow: maxWindow, ParkAfter: max(parkAfter, 0)}
+	cfg := partition.Config{MaxWindow: maxWindow, ParkAfter: max(parkAfter, 0), Conflate: s.Conflate}
 	switch s.Ordering {
 	case subscription.OrderPartition:
 		cfg.Ordering = partition.OrderPartition
@@ -589,6 +590,10 @@ func (w *worker) processInbox() {
 		w.g.tel.notOwned.Add(context.Background(), f-w.foreign, metric.WithAttributeSet(w.attrs))
 		w.foreign = f
 		w.pub.notOwned.Store(f)
+	}
+	if s := w.m.Superseded(); s > w.superseded {
+		w.g.tel.superseded.Add(context.Background(), s-w.superseded, metric.WithAttributeSet(w.attrs))
+		w.superseded = s
 	}
 }
 

@@ -66,6 +66,11 @@ type Config struct {
 	// place among its key's parked offsets and the gap it leaves in the
 	// acked set. Default 64.
 	ParkedBytes int64
+	// Conflate, under ordering key, keeps only the newest record of a key
+	// waiting behind its record in flight: an older one waiting is
+	// superseded, acked without delivery and counted (Superseded). For
+	// state-like topics, where only a key's latest value matters.
+	Conflate bool
 	// ParkBudget, when set, bounds what parked records cost, shared with
 	// other partitions; without room a key parks nothing more and the
 	// partition pauses. It is apart from Budget so that parked records
@@ -227,8 +232,9 @@ type Machine[P any] struct {
 	// delivered, per range.
 	ranges, frozen keyrange.Set
 	floors         []Floor
-	// foreign counts records read that another sharer owns.
-	foreign int64
+	// foreign counts records read that another sharer owns; superseded
+	// those conflation acked without delivery.
+	foreign, superseded int64
 	pending map[int64]*Entry[P]
 	lanes   map[string]*lane[P]
 	ready   []*Entry[P]
@@ -635,8 +641,11 @@ func (m *Machine[P]) Held() int64 { return m.held }
 // ParkHeld returns the bytes parked records hold of the ParkBudget.
 func (m *Machine[P]) ParkHeld() int64 { return m.parkHeld }
 
-// parks reports whether keys park records beyond ParkAfter.
-func (m *Machine[P]) parks() bool { return m.cfg.ParkAfter > 0 && m.cfg.Ordering == OrderKey }
+// parks reports whether keys park records beyond ParkAfter. A key that
+// conflates holds two records at most: it never parks.
+func (m *Machine[P]) parks() bool {
+	return m.cfg.ParkAfter > 0 && m.cfg.Ordering == OrderKey && !m.cfg.Conflate
+}
 
 // residentWindow reports whether MaxWindow bounds the records held in
 // memory rather than the distance from the watermark: when keys park, or
@@ -759,12 +768,42 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		m.makeReady(e)
 		return true
 	}
+	if m.cfg.Conflate && m.cfg.Ordering == OrderKey && e.lane != nil {
+		m.supersede(e.lane)
+	}
 	e.lane.q = append(e.lane.q, e)
 	if len(e.lane.q) == 1 {
 		m.makeReady(e)
 	}
 	return true
 }
+
+// supersede acks, without delivering it, the record of l waiting behind
+// its head for a newer one to take its place: conflation keeps a key's
+// newest record only. Records out, in a batch, or injected are kept.
+func (m *Machine[P]) supersede(l *lane[P]) {
+	n := len(l.q)
+	if n < 2 {
+		return
+	}
+	old := l.q[n-1]
+	if old.out || old.taken || old.extra || old.ready {
+		return
+	}
+	l.q[n-1] = nil
+	l.q = l.q[:n-1]
+	m.addAcked(old.Offset, old.Offset+1)
+	delete(m.pending, old.Offset)
+	if old.bytes > 0 {
+		m.held -= old.bytes
+		m.cfg.Budget.Release(old.bytes)
+	}
+	m.superseded++
+	m.version++
+}
+
+// Superseded returns how many records conflation acked without delivery.
+func (m *Machine[P]) Superseded() int64 { return m.superseded }
 
 // park appends off to l's parked records: its value is dropped, and
 // Unpark takes it back when l has room.

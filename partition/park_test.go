@@ -246,3 +246,31 @@ func TestParkedRecordsBelowTheLogStartAreCountedLost(t *testing.T) {
 		t.Fatalf("watermark %d, parked %d; want 3 and 1", m.Watermark(), m.Parked())
 	}
 }
+
+func TestConflationDeliversOnlyAKeysNewestRecordWhenItFreesUp(t *testing.T) {
+	m := newMachine(t, Config{Conflate: true, ParkAfter: 2})
+	m.Claim(nil)
+	m.Offer(recs("0:k", "1:k", "2:j", "3:k", "4:k", "5:j"))
+	out := drainReady(t, m)
+	if diff := cmp.Diff([]int64{0, 2}, offsetsOf(out)); diff != "" {
+		t.Fatalf("first out (-want +got):\n%s", diff)
+	}
+	// 1 and 3 were superseded by 4 (k), none of j (its 5 is the only one
+	// waiting).
+	if got := m.Superseded(); got != 2 {
+		t.Fatalf("superseded %d, want 2", got)
+	}
+	for _, e := range out {
+		m.Done(e, true)
+	}
+	if diff := cmp.Diff([]int64{4, 5}, offsetsOf(drainReady(t, m))); diff != "" {
+		t.Fatalf("after the heads (-want +got):\n%s", diff)
+	}
+	if m.Parked() != 0 {
+		t.Fatalf("%d parked: a conflating key never parks", m.Parked())
+	}
+	// The superseded ones count as acked: only 4 and 5 hold the watermark.
+	if m.Watermark() != 4 {
+		t.Fatalf("watermark %d, want 4", m.Watermark())
+	}
+}

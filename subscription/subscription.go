@@ -58,9 +58,13 @@ type Subscription struct {
 	Ordering Ordering `json:"ordering"`
 	// Sharing is SharingAuto unless set; ordering "partition" is never
 	// shared.
-	Sharing     Sharing `json:"sharing,omitempty"`
-	MaxInFlight int     `json:"max_in_flight"`
-	Start       Start   `json:"start"`
+	Sharing Sharing `json:"sharing,omitempty"`
+	// Conflate, with ordering "key", delivers only the newest waiting
+	// record of a key when the key frees up; the older ones waiting are
+	// acked without delivery and counted (keyhook_records_superseded).
+	Conflate    bool  `json:"conflate,omitempty"`
+	MaxInFlight int   `json:"max_in_flight"`
+	Start       Start `json:"start"`
 	// DeadLetterTopic receives records whose delivery ended without
 	// success. Empty means "<topic>.keyhook.dlq"; DeadLetterNone disables
 	// dead-lettering (the key blocks until an operator acts).

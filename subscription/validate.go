@@ -128,6 +128,9 @@ func (s *Subscription) Validate() []FieldError {
 	default:
 		add("sharing", `must be one of "auto", "off"`)
 	}
+	if s.Conflate && s.Ordering != OrderKey {
+		add("conflate", `needs ordering "key": it keeps each key's newest record`)
+	}
 	if s.MaxInFlight < 1 || s.MaxInFlight > MaxMaxInFlight {
 		add("max_in_flight", fmt.Sprintf("must be between 1 and %d", MaxMaxInFlight))
 	}

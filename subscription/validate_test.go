@@ -130,6 +130,8 @@ func TestValidateReportsEveryProblemByField(t *testing.T) {
 			want: []FieldError{{"ordering", `must be one of "key", "partition", "none"`}}},
 		{name: "sharing unknown", change: func(s *Subscription) { s.Sharing = "on" },
 			want: []FieldError{{"sharing", `must be one of "auto", "off"`}}},
+		{name: "conflate without ordering key", change: func(s *Subscription) { s.Conflate, s.Ordering = true, OrderPartition },
+			want: []FieldError{{"conflate", `needs ordering "key": it keeps each key's newest record`}}},
 		{name: "max in flight zero (not normalized)", change: func(s *Subscription) { s.MaxInFlight = 0 },
 			want: []FieldError{{"max_in_flight", "must be between 1 and 100000"}}},
 		{name: "max in flight negative", change: func(s *Subscription) { s.MaxInFlight = -5 },

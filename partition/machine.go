@@ -235,9 +235,9 @@ type Machine[P any] struct {
 	// foreign counts records read that another sharer owns; superseded
 	// those conflation acked without delivery.
 	foreign, superseded int64
-	pending map[int64]*Entry[P]
-	lanes   map[string]*lane[P]
-	ready   []*Entry[P]
+	pending             map[int64]*Entry[P]
+	lanes               map[string]*lane[P]
+	ready               []*Entry[P]
 	// extras are the injected records free to go, in the order they
 	// became so; they never go in a batch.
 	extras []*Entry[P]

@@ -127,7 +127,11 @@ func readAll(t *testing.T, brokers []string, topic string, want int) []*kgo.Reco
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
 	}
 	if len(out) != want {
-		t.Fatalf("read %d records from %s, want %d", len(out), topic, want)
+		var offs []string
+		for _, r := range out {
+			offs = append(offs, deadletter.Header(r, deadletter.HeaderOffset)+"@"+deadletter.Header(r, deadletter.HeaderAttempts))
+		}
+		t.Fatalf("read %d records from %s, want %d: source offsets@attempts %v", len(out), topic, want, offs)
 	}
 	return out
 }
@@ -194,7 +198,7 @@ func TestRetentionGuardDeadLettersBeforeTheBrokerDeletes(t *testing.T) {
 		logStart = o.Offset
 		return logStart > 100
 	})
-	held := produced / 10
+	held := (produced + 9) / 10 // offsets 0, 10, 20… below produced
 	done := func() bool { return sink.AckedCount() >= produced-held && countRecords(t, brokers, dlq) >= int64(held) }
 	for deadline := time.Now().Add(60 * time.Second); !done(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

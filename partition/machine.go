@@ -189,9 +189,10 @@ type lane[P any] struct {
 	// parked follow q, in order: runs of offsets whose values were
 	// dropped, and records injected behind them.
 	parked []parkRun[P]
-	// rescue: the first parked record is expiring; it is taken back out
-	// of turn, whatever room the lane has.
-	rescue bool
+	// rescue, when not 0, is a timestamp (unix ms): parked runs read
+	// before it are expiring, taken back out of turn whatever room the
+	// lane has.
+	rescue int64
 }
 
 // parkRun is a run of consecutive offsets of one lane that are parked, or
@@ -289,7 +290,9 @@ func New[P any](cfg Config) (*Machine[P], error) {
 		// A batch may take a lane's records up to its size.
 		laneCap: max(cfg.ParkAfter, cfg.Batch.MaxRecords),
 	}
-	m.refillCap = 4 * m.laneCap
+	// A key taking parked records back takes many at once (one fetch made
+	// again serves them), within a tenth of the window.
+	m.refillCap = max(4*m.laneCap, int(cfg.MaxWindow/10))
 	m.done = &m.acked
 	return m, nil
 }
@@ -695,9 +698,11 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		foreign = m.ranges != nil && !m.ranges.Contains(h)
 		preacked = !foreign && (m.acked.Contains(off) || m.belowFloor(h, off))
 	}
-	// Only a record that will be pending holds memory; a key that holds
-	// enough parks it, as does one with a record in memory when the
-	// window or the Budget has no room for another.
+	// Only a record that will be pending holds memory. A key holding its
+	// cap in memory (or with parked records) parks it. Other keys never
+	// park: a full window or Budget pauses the fetch, since a node that
+	// is merely behind would otherwise park records of every key and read
+	// them all again.
 	hold := int64(0)
 	var l *lane[P]
 	park := false
@@ -706,21 +711,14 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 			l = m.lanes[string(r.Key)]
 			park = l != nil && (len(l.parked) > 0 || len(l.q) >= m.laneCap)
 		}
-		canPark := l != nil && len(l.q) > 0
 		if !park && m.residentWindow() && m.full() {
-			if !canPark {
-				return false
-			}
-			park = true
+			return false
 		}
 		if !park && m.cfg.Budget != nil && r.Bytes > 0 {
-			if m.cfg.Budget.Reserve(r.Bytes) {
-				hold = r.Bytes
-			} else if canPark {
-				park = true
-			} else {
+			if !m.cfg.Budget.Reserve(r.Bytes) {
 				return false
 			}
+			hold = r.Bytes
 		}
 		if park && m.cfg.ParkBudget != nil {
 			if !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
@@ -809,13 +807,28 @@ func (m *Machine[P]) Superseded() int64 { return m.superseded }
 // Unpark takes it back when l has room.
 func (m *Machine[P]) park(l *lane[P], off int64, ts time.Time) {
 	n := len(l.parked)
-	if n > 0 && l.parked[n-1].extra == nil && l.parked[n-1].end == off {
-		l.parked[n-1].end++
+	// A run carries its first record's timestamp for the retention guard:
+	// it takes in only records within a second of it.
+	var last *parkRun[P]
+	if n > 0 {
+		last = &l.parked[n-1]
+	}
+	if last != nil && last.extra == nil && last.end == off && absMS(ts.UnixMilli()-last.ts) < 1000 {
+		last.end++
+		last.ts = min(last.ts, ts.UnixMilli())
 	} else {
 		l.parked = append(l.parked, parkRun[P]{start: off, end: off + 1, read: m.cfg.Clock().UnixNano(), ts: ts.UnixMilli()})
 	}
 	m.parkedLanes[l] = struct{}{}
 	m.parked++
+}
+
+// absMS is |d|.
+func absMS(d int64) int64 {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // unpark counts n parked records gone: taken back, or let go.
@@ -837,7 +850,7 @@ func (m *Machine[P]) Reread() int64 {
 	}
 	low := int64(-1)
 	for l := range m.parkedLanes {
-		if (len(l.q) > m.laneCap/2 && !l.rescue) || l.parked[0].extra != nil || m.laneFrozen(l) {
+		if (len(l.q) > m.laneCap/2 && l.rescue == 0) || l.parked[0].extra != nil || m.laneFrozen(l) {
 			continue
 		}
 		if s := l.parked[0].start; low < 0 || s < low {
@@ -849,8 +862,8 @@ func (m *Machine[P]) Reread() int64 {
 
 // Unpark takes back parked records fetched again, in offset order. A
 // record is taken when it is the next parked one of its key and the key
-// has room: fewer than four times ParkAfter in memory, its bytes in the
-// Budget, and the window not full.
+// has room: fewer than a tenth of the window (at least four times
+// ParkAfter) in memory, its bytes in the Budget, and the window not full.
 // Any other record is ignored (not parked, taken already, or its key
 // still full), so the fetch may start anywhere and repeat itself. It
 // returns how many it took.
@@ -865,11 +878,16 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 			continue
 		}
 		l := m.lanes[string(r.Key)]
-		if l == nil || len(l.parked) == 0 || ((len(l.q) >= m.refillCap || m.full()) && !l.rescue) {
+		if l == nil || len(l.parked) == 0 {
 			continue
 		}
 		run := &l.parked[0]
 		if run.extra != nil || run.start != r.Offset || m.laneFrozen(l) {
+			continue
+		}
+		// An expiring record is taken whatever room its key has.
+		rescued := l.rescue != 0 && run.ts < l.rescue
+		if !rescued && (len(l.q) >= m.refillCap || m.full()) {
 			continue
 		}
 		hold := int64(0)
@@ -891,9 +909,8 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 		m.unpark(1)
 		m.held += hold
 		m.pending[e.Offset] = e
-		if l.rescue {
+		if rescued {
 			// Out of its key's turn: it waits for nothing.
-			l.rescue = false
 			e.lane = nil
 			e.expiring.Store(true)
 			m.makeReady(e)
@@ -904,6 +921,9 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 			}
 		}
 		m.promote(l)
+		if len(l.parked) == 0 || l.parked[0].extra != nil || l.parked[0].ts >= l.rescue {
+			l.rescue = 0
+		}
 		if len(l.q) == 0 && len(l.parked) == 0 {
 			delete(m.lanes, l.key)
 		}
@@ -973,9 +993,11 @@ func (m *Machine[P]) Expire(cutoff time.Time, max int) int {
 		if n >= max {
 			break
 		}
-		if r := l.parked[0]; r.extra == nil && r.ts > 0 && r.ts < c && !l.rescue {
-			l.rescue = true
-			n++
+		if r := l.parked[0]; r.extra == nil && r.ts > 0 && r.ts < c && l.rescue < c {
+			if l.rescue == 0 {
+				n++
+			}
+			l.rescue = c
 		}
 	}
 	return n
@@ -1002,7 +1024,7 @@ func (m *Machine[P]) ParkedLostBelow(off int64) int64 {
 				l.parked = l.parked[1:]
 			}
 		}
-		l.rescue = false
+		l.rescue = 0
 		m.promote(l)
 		if len(l.q) == 0 && len(l.parked) == 0 {
 			delete(m.lanes, l.key)

@@ -186,6 +186,8 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			SessionTimeout:   cfg.SessionTimeout,
 			MaxWindow:        cfg.MaxWindow,
 			MaxBufferedBytes: cfg.MaxBufferedBytes,
+			ParkAfter:        cfg.ParkAfter,
+			MaxParkedBytes:   cfg.MaxParkedBytes,
 			ResyncInterval:   cfg.ResyncInterval,
 			Retry:            cfg.Retry,
 			Redrives:         a.redrives,

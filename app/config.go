@@ -109,6 +109,14 @@ type Config struct {
 	// until they are acked, over every partition and subscription.
 	// Default 128 MiB (dispatcher.DefaultMaxBufferedBytes).
 	MaxBufferedBytes int64
+	// ParkAfter bounds the records of one key held in memory under
+	// ordering key; later ones are parked by offset and read again from
+	// Kafka when the key frees up. Default 16 (dispatcher.DefaultParkAfter);
+	// negative never parks.
+	ParkAfter int
+	// MaxParkedBytes bounds what parked records cost over the node.
+	// Default a quarter of MaxBufferedBytes.
+	MaxParkedBytes int64
 	// ResyncInterval is how often the dispatcher re-reads the subscription
 	// set without a change notification. Default 1s.
 	ResyncInterval time.Duration
@@ -189,6 +197,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWindow < 0 {
 		return fieldError("MaxWindow", "is %d, must not be negative", c.MaxWindow)
+	}
+	if c.MaxParkedBytes < 0 {
+		return fieldError("MaxParkedBytes", "is %d, must not be negative", c.MaxParkedBytes)
 	}
 	if c.MaxBufferedBytes < 0 {
 		return fieldError("MaxBufferedBytes", "is %d, must not be negative", c.MaxBufferedBytes)

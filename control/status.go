@@ -120,5 +120,13 @@ func holdingStatus(h *tracking.Holding) *subscription.HoldingStatus {
 		t := h.NextAttempt
 		out.NextAttempt = &t
 	}
+	if h.Parked > 0 {
+		out.Parked = h.Parked
+		if !h.OldestParked.IsZero() {
+			t := h.OldestParked
+			age := max(0, time.Since(t).Milliseconds())
+			out.OldestParked, out.OldestParkedAgeMS = &t, &age
+		}
+	}
 	return out
 }

@@ -19,6 +19,9 @@ import (
 // DefaultMaxBufferedBytes is Config.MaxBufferedBytes when zero.
 const DefaultMaxBufferedBytes = 128 << 20
 
+// DefaultParkAfter is Config.ParkAfter when zero.
+const DefaultParkAfter = 16
+
 // Config tunes a Node. The zero value of every field means its default.
 type Config struct {
 	// NodeID names this node in the tracking state and in status. Required.
@@ -45,10 +48,24 @@ type Config struct {
 	// ends by its timeout, but one waiting for its endpoint's limiter has
 	// not started it). Default 30s, the webhooks default.
 	RequestTimeout time.Duration
-	// MaxWindow bounds, per partition, the records between the watermark
-	// and the fetch position; above it fetching the partition pauses, and it
-	// resumes below half of it. Default 10000.
+	// MaxWindow bounds, per partition, the records held in memory until
+	// they are acked (with ParkAfter negative, or under ordering partition:
+	// the records between the watermark and the fetch position); above it
+	// fetching the partition pauses, and it resumes below half of it.
+	// Default 10000.
 	MaxWindow int64
+	// ParkAfter bounds the records of one key held in memory under
+	// ordering key: a key's later records are parked by offset, their
+	// values dropped, and read again from Kafka when the key has room. A
+	// key stuck on a failing record, or slower than its arrivals, then
+	// costs a few bytes per record waiting behind it instead of filling
+	// the window and stopping every other key of its partition. Default
+	// 16; negative never parks.
+	ParkAfter int
+	// MaxParkedBytes bounds what parked records cost over the node, about
+	// 64 bytes each; at the bound keys park nothing more and fetching
+	// pauses where records wait. Default a quarter of MaxBufferedBytes.
+	MaxParkedBytes int64
 	// MaxBufferedBytes bounds, over every partition and subscription of
 	// the node, the bytes of fetched records held until they are acked
 	// (key, value and headers); at the bound, fetching pauses where records
@@ -111,6 +128,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxBufferedBytes == 0 {
 		c.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
+	if c.ParkAfter == 0 {
+		c.ParkAfter = DefaultParkAfter
+	}
+	if c.MaxParkedBytes == 0 {
+		c.MaxParkedBytes = max(c.MaxBufferedBytes/4, 1)
+	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 10 * time.Second
 	}
@@ -158,6 +181,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dispatcher: MaxWindow %d must not be negative", c.MaxWindow)
 	case c.MaxBufferedBytes < 0:
 		return fmt.Errorf("dispatcher: MaxBufferedBytes %d must not be negative", c.MaxBufferedBytes)
+	case c.MaxParkedBytes < 0:
+		return fmt.Errorf("dispatcher: MaxParkedBytes %d must not be negative", c.MaxParkedBytes)
 	case c.SessionTimeout < 0:
 		return fmt.Errorf("dispatcher: SessionTimeout %v must not be negative", c.SessionTimeout)
 	case c.RedriveInterval < 0:

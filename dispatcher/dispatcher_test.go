@@ -253,11 +253,12 @@ func TestZombieChangesNothing(t *testing.T) {
 	}
 }
 
-// Backpressure: a key stuck at the head of a partition holds the watermark,
-// so the partition's window (fetch position minus watermark) grows until
-// fetching pauses; other keys keep flowing up to the window, and the
-// partition resumes once the stuck key is released. Nothing is lost.
-func TestWindowPausesFetchingBehindAStuckKey(t *testing.T) {
+// Backpressure without parking (--park-after 0): a key stuck at the head
+// of a partition holds the watermark, so the partition's window (fetch
+// position minus watermark) grows until fetching pauses; other keys keep
+// flowing up to the window, and the partition resumes once the stuck key
+// is released. Nothing is lost.
+func TestWindowPausesFetchingBehindAStuckKeyWhenKeysDoNotPark(t *testing.T) {
 	brokers := testutil.Kfake(t, 1, "window")
 	rdb := testutil.StartRedis(t).Client()
 	sink := testutil.StartSink(t)
@@ -281,6 +282,7 @@ func TestWindowPausesFetchingBehindAStuckKey(t *testing.T) {
 	sub := newSub("window", "window", sink.URL, subscription.OrderKey, 32)
 	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
 		c.MaxWindow = window
+		c.ParkAfter = -1
 	})
 
 	// Wait until the partition pauses, then check the window held.

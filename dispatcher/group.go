@@ -110,8 +110,9 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	}
 	g.pool = newPool(g)
 	g.initTelemetry()
-	g.partition = partitionConfig(s, n.cfg.MaxWindow)
+	g.partition = partitionConfig(s, n.cfg.MaxWindow, n.cfg.ParkAfter)
 	g.partition.Budget = n.budget
+	g.partition.ParkBudget = n.parkBudget
 	if err := g.partition.Validate(); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -613,6 +614,9 @@ type PartitionStats struct {
 	Ranges keyrange.Set
 	// NotOwned counts the records read that other sharers deliver.
 	NotOwned int64
+	// Parked counts the pending records held by offset only (of Pending);
+	// Reread the records read again from Kafka to take them back.
+	Parked, Reread int64
 }
 
 func (g *group) stats() GroupStats {

@@ -61,8 +61,9 @@ type Node struct {
 	redeliver *Redeliverer
 	log       *slog.Logger
 	tel       *telemetry
-	// budget bounds the bytes all partitions of the node hold.
-	budget *partition.MemoryBudget
+	// budget bounds the bytes all partitions of the node hold;
+	// parkBudget what their parked records cost.
+	budget, parkBudget *partition.MemoryBudget
 	// flusher writes the tracking state of all partitions, one round per
 	// FlushInterval.
 	flusher *flusher
@@ -88,6 +89,10 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: MaxBufferedBytes: %w", err)
 	}
+	parkBudget, err := partition.NewMemoryBudget(cfg.MaxParkedBytes)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: MaxParkedBytes: %w", err)
+	}
 	redeliver, err := NewRedeliverer(sender, RedeliverConfig{Retry: cfg.Retry})
 	if err != nil {
 		return nil, err
@@ -97,7 +102,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
 		missing: make(map[string]time.Time),
-		budget:  budget,
+		budget:  budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
 	tel, err := newTelemetry(n)

@@ -53,6 +53,7 @@ type telemetry struct {
 	rebalances   metric.Int64Counter
 	startResets  metric.Int64Counter
 	notOwned     metric.Int64Counter
+	reread       metric.Int64Counter
 }
 
 func newTelemetry(n *Node) (*telemetry, error) {
@@ -72,6 +73,8 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	t.fetched, e = m.Int64Counter("keyhook.records.fetched", metric.WithDescription("Records read from Kafka."), metric.WithUnit("{record}"))
 	must(e)
 	t.notOwned, e = m.Int64Counter("keyhook.records.not_owned", metric.WithDescription("Records read from a shared partition that another node delivers (their key hash is in its range): the read amplification of key-range sharing."), metric.WithUnit("{record}"))
+	must(e)
+	t.reread, e = m.Int64Counter("keyhook.records.reread", metric.WithDescription("Records read again from Kafka to take back parked ones (a key that held more than --park-after records parks the rest by offset): the read cost of stuck or slow keys."), metric.WithUnit("{record}"))
 	must(e)
 	t.deliveries, e = m.Int64Counter("keyhook.deliveries", metric.WithDescription("Deliveries that ended, by outcome: delivered, dead_lettered, aborted."), metric.WithUnit("{delivery}"))
 	must(e)
@@ -207,6 +210,8 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			return nil
 		}))
 	must(e)
+	partitionGauge("keyhook.records.parked", "Pending records of the partition held by offset only, their values dropped until their key has room: keys stuck or slower than their arrivals. Fetching goes on for the other keys.", "{record}",
+		func(w *worker) (int64, bool) { return w.pub.parked.Load(), true })
 	partitionGauge("keyhook.partition.key_hashes", "Key hashes of the partition (of 65536) this node delivers: all of them unless the partition is shared by key range.", "{hash}",
 		func(w *worker) (int64, bool) { return int64(w.ranges().Len()), true })
 	return t, err
@@ -232,7 +237,7 @@ func (g *group) initTelemetry() {
 	// Series that alerts watch exist from the start, at zero, so increase()
 	// and rate() see the first event instead of a series appearing.
 	g.tel.deadLetters.Add(ctx, 0, metric.WithAttributeSet(g.attrs))
-	for _, op := range []string{"fetch", "claim", "flush", "commit", "dead_letter"} {
+	for _, op := range []string{"fetch", "claim", "flush", "commit", "dead_letter", "reread"} {
 		g.tel.errors.Add(ctx, 0, metric.WithAttributes(attrSubscription.String(id), attrOp.String(op)))
 	}
 }

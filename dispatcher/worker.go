@@ -72,6 +72,8 @@ type worker struct {
 	releases []releaseResult
 	wake     chan struct{}
 	ctrl     chan func()
+	// rereads brings what a re-read pass fetched (see reread.go).
+	rereads chan rereadBatch
 
 	// progress is the latest attempt of each record being delivered, for
 	// the status of the record holding the watermark; notes counts the
@@ -145,6 +147,12 @@ type worker struct {
 	// claimWait.
 	claimRetry *time.Timer
 	claimWait  *backoff.Backoff
+	// pass is the re-read of parked records in progress, nil none;
+	// passPos the offset it reaches next.
+	pass                    *rereadPass
+	passSeq                 uint64
+	passPos                 int64
+	passStarted, passLogged time.Time
 }
 
 // progress is a record's latest attempt.
@@ -182,14 +190,17 @@ type published struct {
 	// holdingSince is when the record holding the watermark was read,
 	// unix ns, 0 none.
 	holdingSince atomic.Int64
-	paused       atomic.Bool
-	fenced       atomic.Bool
-	claimed      atomic.Bool
+	// parked counts the records parked by offset; reread those read
+	// again to take them back.
+	parked, reread atomic.Int64
+	paused         atomic.Bool
+	fenced         atomic.Bool
+	claimed        atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.
-func partitionConfig(s *subscription.Subscription, maxWindow int64) partition.Config {
-	cfg := partition.Config{MaxWindow: maxWindow}
+func partitionConfig(s *subscription.Subscription, maxWindow int64, parkAfter int) partition.Config {
+	cfg := partition.Config{MaxWindow: maxWindow, ParkAfter: max(parkAfter, 0)}
 	switch s.Ordering {
 	case subscription.OrderPartition:
 		cfg.Ordering = partition.OrderPartition
@@ -212,12 +223,13 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 	}
 	w := &worker{
 		g: g, tp: tp, pk: g.partitionKey(tp), gen: gen,
-		log:   g.log.With("topic", tp.topic, "partition", tp.partition),
-		attrs: partitionAttrs(g.sub.ID, tp),
-		wake:  make(chan struct{}, 1),
-		ctrl:  make(chan func()),
-		done:  make(chan struct{}),
-		m:     m,
+		log:     g.log.With("topic", tp.topic, "partition", tp.partition),
+		attrs:   partitionAttrs(g.sub.ID, tp),
+		wake:    make(chan struct{}, 1),
+		ctrl:    make(chan func()),
+		rereads: make(chan rereadBatch, 1),
+		done:    make(chan struct{}),
+		m:       m,
 		// A whole partition is nil, as the machine wants it.
 		assigned: ranges,
 	}
@@ -286,9 +298,20 @@ func (w *worker) holding(now time.Time) (*tracking.Holding, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if e == nil {
-		return nil, w.notes
+		// The record may be parked: its key's earlier ones went, and it
+		// waits to be read again.
+		key, read, ok := w.m.HoldingParked()
+		if !ok {
+			return nil, w.notes
+		}
+		h := &tracking.Holding{Offset: w.m.Watermark(), Key: keyText([]byte(key)), Since: read, Behind: int64(w.m.Pending() - 1)}
+		h.Parked, h.OldestParked = w.m.Parked(), w.m.OldestParked()
+		return h, w.notes
 	}
 	h := &tracking.Holding{Offset: e.Offset, Key: keyText(e.Payload.Key), Since: e.Accepted, Behind: int64(w.m.Pending() - 1)}
+	if p := w.m.Parked(); p > 0 {
+		h.Parked, h.OldestParked = p, w.m.OldestParked()
+	}
 	if e.Out() {
 		h.Dispatched = e.Dispatched
 	}
@@ -397,11 +420,14 @@ func (w *worker) run() {
 			// the batch as it is.
 		case f := <-w.ctrl:
 			f()
+		case b := <-w.rereads:
+			w.takeReread(b)
 		case <-flushT.C:
 			// Records that waited for room in the node's budget try again.
 			w.m.Refill()
 			w.flush()
 			w.reshape()
+			w.manageReread()
 			// The watermark-age gauge needs no more than the tick's
 			// resolution; publish runs once per record.
 			if e := w.m.Holding(); e != nil {
@@ -548,10 +574,7 @@ func (w *worker) processInbox() {
 	for _, rs := range batches {
 		recs := make([]partition.Record[*kgo.Record], len(rs))
 		for i, r := range rs {
-			recs[i] = partition.Record[*kgo.Record]{
-				Offset: r.Offset, Key: r.Key, Control: r.Attrs.IsControl(), Size: len(r.Value),
-				Bytes: recordBytes(r), Payload: r,
-			}
+			recs[i] = machineRecord(r)
 		}
 		w.m.Offer(recs)
 	}
@@ -559,6 +582,14 @@ func (w *worker) processInbox() {
 		w.g.tel.notOwned.Add(context.Background(), f-w.foreign, metric.WithAttributeSet(w.attrs))
 		w.foreign = f
 		w.pub.notOwned.Store(f)
+	}
+}
+
+// machineRecord is r as the partition's machine sees it.
+func machineRecord(r *kgo.Record) partition.Record[*kgo.Record] {
+	return partition.Record[*kgo.Record]{
+		Offset: r.Offset, Key: r.Key, Control: r.Attrs.IsControl(), Size: len(r.Value),
+		Bytes: recordBytes(r), Time: r.Timestamp, Payload: r,
 	}
 }
 
@@ -620,6 +651,7 @@ func (w *worker) publish() {
 	w.pub.watermark.Store(w.m.Watermark())
 	w.pub.next.Store(w.m.Next())
 	w.pub.pending.Store(int64(w.m.Pending()))
+	w.pub.parked.Store(w.m.Parked())
 	w.pub.claimed.Store(w.m.Claimed())
 	c, ok := w.m.CommitCandidate()
 	if !ok {
@@ -977,5 +1009,7 @@ func (w *worker) stats() PartitionStats {
 		Claimed:   w.pub.claimed.Load() && !w.pub.fenced.Load(),
 		Ranges:    w.ranges(),
 		NotOwned:  w.pub.notOwned.Load(),
+		Parked:    w.pub.parked.Load(),
+		Reread:    w.pub.reread.Load(),
 	}
 }

@@ -53,6 +53,23 @@ type Config struct {
 	// bytes are reserved, and released when it is acked or the machine is
 	// closed. Without room the partition pauses like a full window.
 	Budget Budget
+	// ParkAfter, when positive, bounds the records of one key held in
+	// memory under ordering key: later records of a key that holds as
+	// many (or that has parked ones) are parked by offset, their values
+	// dropped, until Unpark takes them back from a fetch made again
+	// (Reread says from where). MaxWindow then bounds the records held
+	// in memory, not the distance from the watermark, so a stuck key no
+	// longer stops its partition. 0 holds every record in memory.
+	ParkAfter int
+	// ParkedBytes is what one parked record costs of the ParkBudget: its
+	// place among its key's parked offsets and the gap it leaves in the
+	// acked set. Default 64.
+	ParkedBytes int64
+	// ParkBudget, when set, bounds what parked records cost, shared with
+	// other partitions; without room a key parks nothing more and the
+	// partition pauses. It is apart from Budget so that parked records
+	// can never take the room their own return needs.
+	ParkBudget Budget
 }
 
 // Budget is a byte budget shared by the partitions of a node.
@@ -76,6 +93,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("partition: Batch.MaxBytes %d must not be negative", c.Batch.MaxBytes)
 	case c.Batch.MaxWait < 0:
 		return fmt.Errorf("partition: Batch.MaxWait %v must not be negative", c.Batch.MaxWait)
+	case c.ParkAfter < 0:
+		return fmt.Errorf("partition: ParkAfter %d must not be negative", c.ParkAfter)
+	case c.ParkedBytes < 0:
+		return fmt.Errorf("partition: ParkedBytes %d must not be negative", c.ParkedBytes)
 	}
 	return nil
 }
@@ -93,6 +114,8 @@ type Record[P any] struct {
 	// Bytes is what the record holds in memory, counted against the
 	// Budget while it is pending.
 	Bytes int64
+	// Time is the record's timestamp.
+	Time time.Time
 	// Payload is the caller's record, handed back in the Entry.
 	Payload P
 }
@@ -106,8 +129,11 @@ type Entry[P any] struct {
 	// Dispatched is when the record last went to the endpoint; zero
 	// until then.
 	Dispatched time.Time
-	// Accepted is when the machine took the record in.
+	// Accepted is when the machine took the record in (first, if it was
+	// parked).
 	Accepted time.Time
+	// Time is the record's timestamp.
+	Time time.Time
 
 	size  int
 	bytes int64
@@ -145,6 +171,18 @@ func (e *Entry[P]) LaneKey() (string, bool) {
 type lane[P any] struct {
 	key string
 	q   []*Entry[P]
+	// parked follow q, in order: runs of offsets whose values were
+	// dropped, and records injected behind them.
+	parked []parkRun[P]
+}
+
+// parkRun is a run of consecutive offsets of one lane that are parked, or
+// a record injected behind parked ones.
+type parkRun[P any] struct {
+	start, end int64 // [start, end)
+	// read is when the first was read, unix ns; ts its timestamp, unix ms.
+	read, ts int64
+	extra    *Entry[P]
 }
 
 // ErrNotReady is returned by Dispatch for an entry that is not the next
@@ -190,6 +228,15 @@ type Machine[P any] struct {
 	inflight   int
 	// held is what pending records reserve of the Budget.
 	held int64
+	// parkedLanes are the lanes with parked records; parked counts those
+	// records, parkHeld what they reserve of the ParkBudget. A lane
+	// holding laneCap records in memory parks its later ones; Unpark
+	// fills it up to refillCap, so that one fetch made again serves many
+	// of its records.
+	parkedLanes        map[*lane[P]]struct{}
+	parked             int64
+	parkHeld           int64
+	laneCap, refillCap int
 
 	claimed bool
 	stopped bool // draining or fenced: nothing more is dispatched
@@ -210,13 +257,20 @@ func New[P any](cfg Config) (*Machine[P], error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.ParkedBytes == 0 {
+		cfg.ParkedBytes = 64
+	}
 	m := &Machine[P]{
 		cfg:   cfg,
 		floor: -1, next: -1, committed: -1, flushed: -1, watermark: -1,
-		pending: make(map[int64]*Entry[P]),
-		lanes:   make(map[string]*lane[P]),
-		paused:  true,
+		pending:     make(map[int64]*Entry[P]),
+		lanes:       make(map[string]*lane[P]),
+		parkedLanes: make(map[*lane[P]]struct{}),
+		paused:      true,
+		// A batch may take a lane's records up to its size.
+		laneCap: max(cfg.ParkAfter, cfg.Batch.MaxRecords),
 	}
+	m.refillCap = 4 * m.laneCap
 	m.done = &m.acked
 	return m, nil
 }
@@ -378,8 +432,8 @@ func (m *Machine[P]) Freeze(keep keyrange.Set) {
 		}
 	}
 	for _, l := range m.lanes {
-		if e := l.q[0]; e.extra {
-			m.readyAgain(e)
+		if len(l.q) > 0 && l.q[0].extra {
+			m.readyAgain(l.q[0])
 		}
 	}
 }
@@ -448,7 +502,7 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 	}
 	var dropped []*Entry[P]
 	for key, l := range m.lanes {
-		if !m.isFrozen(l.q[0]) {
+		if !m.laneFrozen(l) {
 			continue
 		}
 		for _, e := range l.q {
@@ -456,6 +510,17 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 				dropped = append(dropped, e)
 			}
 		}
+		// Parked records are the next owner's like pending ones.
+		for _, r := range l.parked {
+			if r.extra != nil {
+				dropped = append(dropped, r.extra)
+				continue
+			}
+			m.done.Add(r.start, r.end)
+			m.foreign += r.end - r.start
+			m.unpark(r.end - r.start)
+		}
+		delete(m.parkedLanes, l)
 		delete(m.lanes, key)
 	}
 	for off, e := range m.pending {
@@ -481,6 +546,17 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 	return dropped, nil
 }
 
+// laneFrozen reports whether l's key belongs to a range being given up.
+func (m *Machine[P]) laneFrozen(l *lane[P]) bool {
+	if m.frozen == nil {
+		return false
+	}
+	if len(l.q) > 0 {
+		return m.isFrozen(l.q[0])
+	}
+	return m.frozen.Contains(m.hash([]byte(l.key), -1))
+}
+
 // Claimed reports whether Claim was called.
 func (m *Machine[P]) Claimed() bool { return m.claimed }
 
@@ -504,9 +580,9 @@ func (m *Machine[P]) Offer(recs []Record[P]) {
 func (m *Machine[P]) fill() {
 	if m.claimed {
 		i := 0
-		for ; i < len(m.backlog) && !m.full(); i++ {
+		for ; i < len(m.backlog) && (m.residentWindow() || !m.full()); i++ {
 			if !m.accept(m.backlog[i]) {
-				break // no room in the Budget: Refill or an ack retries
+				break // no room in the window or the Budget: Refill or an ack retries
 			}
 			m.backlog[i] = Record[P]{}
 		}
@@ -531,7 +607,10 @@ func (m *Machine[P]) Close() {
 	if m.cfg.Budget != nil && m.held > 0 {
 		m.cfg.Budget.Release(m.held)
 	}
-	m.held = 0
+	if m.cfg.ParkBudget != nil && m.parkHeld > 0 {
+		m.cfg.ParkBudget.Release(m.parkHeld)
+	}
+	m.held, m.parkHeld = 0, 0
 	m.claimed = false
 	m.backlog = nil
 	m.settle()
@@ -540,9 +619,26 @@ func (m *Machine[P]) Close() {
 // Held returns the bytes pending records hold of the Budget.
 func (m *Machine[P]) Held() int64 { return m.held }
 
-// full reports whether the window between the watermark and the fetch
-// position is used up.
+// ParkHeld returns the bytes parked records hold of the ParkBudget.
+func (m *Machine[P]) ParkHeld() int64 { return m.parkHeld }
+
+// parks reports whether keys park records beyond ParkAfter.
+func (m *Machine[P]) parks() bool { return m.cfg.ParkAfter > 0 && m.cfg.Ordering == OrderKey }
+
+// residentWindow reports whether MaxWindow bounds the records held in
+// memory rather than the distance from the watermark: when keys park, or
+// without lanes. One stuck record under ordering partition holds every
+// later one, so fetching past the window would only park them all.
+func (m *Machine[P]) residentWindow() bool {
+	return m.cfg.ParkAfter > 0 && m.cfg.Ordering != OrderPartition
+}
+
+// full reports whether the window is used up: the records held in memory,
+// or between the watermark and the fetch position.
 func (m *Machine[P]) full() bool {
+	if m.residentWindow() {
+		return int64(len(m.pending)) >= m.cfg.MaxWindow
+	}
 	wm := m.watermark
 	if wm < 0 {
 		wm = m.floor
@@ -577,13 +673,39 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		foreign = m.ranges != nil && !m.ranges.Contains(h)
 		preacked = !foreign && (m.acked.Contains(off) || m.belowFloor(h, off))
 	}
-	// Only a record that will be pending holds memory.
+	// Only a record that will be pending holds memory; a key that holds
+	// enough parks it, as does one with a record in memory when the
+	// window or the Budget has no room for another.
 	hold := int64(0)
-	if m.cfg.Budget != nil && r.Bytes > 0 && !r.Control && !foreign && !preacked {
-		if !m.cfg.Budget.Reserve(r.Bytes) {
-			return false
+	var l *lane[P]
+	park := false
+	if !r.Control && !foreign && !preacked {
+		if m.parks() && r.Key != nil {
+			l = m.lanes[string(r.Key)]
+			park = l != nil && (len(l.parked) > 0 || len(l.q) >= m.laneCap)
 		}
-		hold = r.Bytes
+		canPark := l != nil && len(l.q) > 0
+		if !park && m.residentWindow() && m.full() {
+			if !canPark {
+				return false
+			}
+			park = true
+		}
+		if !park && m.cfg.Budget != nil && r.Bytes > 0 {
+			if m.cfg.Budget.Reserve(r.Bytes) {
+				hold = r.Bytes
+			} else if canPark {
+				park = true
+			} else {
+				return false
+			}
+		}
+		if park && m.cfg.ParkBudget != nil {
+			if !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
+				return false
+			}
+			hold = m.cfg.ParkedBytes
+		}
 	}
 	if off > m.next {
 		m.addAcked(m.next, off)
@@ -603,8 +725,13 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		m.foreign++
 		m.settleWatermark()
 		return true
+	case park:
+		m.park(l, off, r.Time)
+		m.parkHeld += hold
+		m.settleWatermark()
+		return true
 	}
-	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold, hash: h, Accepted: m.cfg.Clock()}
+	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold, hash: h, Accepted: m.cfg.Clock(), Time: r.Time}
 	m.held += hold
 	m.pending[off] = e
 	switch {
@@ -624,6 +751,165 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		m.makeReady(e)
 	}
 	return true
+}
+
+// park appends off to l's parked records: its value is dropped, and
+// Unpark takes it back when l has room.
+func (m *Machine[P]) park(l *lane[P], off int64, ts time.Time) {
+	n := len(l.parked)
+	if n > 0 && l.parked[n-1].extra == nil && l.parked[n-1].end == off {
+		l.parked[n-1].end++
+	} else {
+		l.parked = append(l.parked, parkRun[P]{start: off, end: off + 1, read: m.cfg.Clock().UnixNano(), ts: ts.UnixMilli()})
+	}
+	m.parkedLanes[l] = struct{}{}
+	m.parked++
+}
+
+// unpark counts n parked records gone: taken back, or let go.
+func (m *Machine[P]) unpark(n int64) {
+	m.parked -= n
+	if m.cfg.ParkBudget != nil {
+		b := min(n*m.cfg.ParkedBytes, m.parkHeld)
+		m.parkHeld -= b
+		m.cfg.ParkBudget.Release(b)
+	}
+}
+
+// Reread returns the offset from which a fetch made again would find the
+// parked records that keys have room for now (at most half their cap in
+// memory), -1 when none has. Unpark takes them.
+func (m *Machine[P]) Reread() int64 {
+	if m.parked == 0 || !m.claimed || m.stopped || m.full() {
+		return -1
+	}
+	low := int64(-1)
+	for l := range m.parkedLanes {
+		if len(l.q) > m.laneCap/2 || l.parked[0].extra != nil || m.laneFrozen(l) {
+			continue
+		}
+		if s := l.parked[0].start; low < 0 || s < low {
+			low = s
+		}
+	}
+	return low
+}
+
+// Unpark takes back parked records fetched again, in offset order. A
+// record is taken when it is the next parked one of its key and the key
+// has room: fewer than four times ParkAfter in memory, its bytes in the
+// Budget, and the window not full.
+// Any other record is ignored (not parked, taken already, or its key
+// still full), so the fetch may start anywhere and repeat itself. It
+// returns how many it took.
+func (m *Machine[P]) Unpark(recs []Record[P]) int {
+	took := 0
+	for i := range recs {
+		if m.parked == 0 {
+			break
+		}
+		r := &recs[i]
+		if r.Control || r.Key == nil {
+			continue
+		}
+		if m.full() {
+			break
+		}
+		l := m.lanes[string(r.Key)]
+		if l == nil || len(l.parked) == 0 || len(l.q) >= m.refillCap {
+			continue
+		}
+		run := &l.parked[0]
+		if run.extra != nil || run.start != r.Offset || m.laneFrozen(l) {
+			continue
+		}
+		hold := int64(0)
+		if m.cfg.Budget != nil && r.Bytes > 0 {
+			if !m.cfg.Budget.Reserve(r.Bytes) {
+				break
+			}
+			hold = r.Bytes
+		}
+		e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: hold, lane: l,
+			Accepted: time.Unix(0, run.read), Time: r.Time}
+		if m.done != &m.acked {
+			e.hash = m.hash(r.Key, r.Offset)
+		}
+		if run.start++; run.start == run.end {
+			l.parked[0] = parkRun[P]{}
+			l.parked = l.parked[1:]
+		}
+		m.unpark(1)
+		m.held += hold
+		m.pending[e.Offset] = e
+		l.q = append(l.q, e)
+		if len(l.q) == 1 {
+			m.makeReady(e)
+		}
+		m.promote(l)
+		took++
+	}
+	if took > 0 {
+		m.version++
+		m.settle()
+	}
+	return took
+}
+
+// promote moves records injected behind parked ones into l's queue once
+// no parked offset is before them.
+func (m *Machine[P]) promote(l *lane[P]) {
+	for len(l.parked) > 0 && l.parked[0].extra != nil {
+		e := l.parked[0].extra
+		l.parked[0] = parkRun[P]{}
+		l.parked = l.parked[1:]
+		l.q = append(l.q, e)
+		if len(l.q) == 1 {
+			m.makeReady(e)
+		}
+	}
+	if len(l.parked) == 0 {
+		l.parked = nil
+		delete(m.parkedLanes, l)
+	}
+}
+
+// Parked returns how many records are parked by offset.
+func (m *Machine[P]) Parked() int64 { return m.parked }
+
+// OldestParked returns when the oldest parked record was read, zero when
+// none is parked.
+func (m *Machine[P]) OldestParked() time.Time {
+	var oldest int64
+	for l := range m.parkedLanes {
+		for _, r := range l.parked {
+			if r.extra == nil {
+				if oldest == 0 || r.read < oldest {
+					oldest = r.read
+				}
+				break
+			}
+		}
+	}
+	if oldest == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, oldest)
+}
+
+// HoldingParked returns the key of the parked record the watermark waits
+// for and when it was read; false when the watermark's record is not
+// parked.
+func (m *Machine[P]) HoldingParked() (key string, read time.Time, ok bool) {
+	if m.watermark < 0 || m.parked == 0 || m.pending[m.watermark] != nil {
+		return "", time.Time{}, false
+	}
+	for l := range m.parkedLanes {
+		if r := l.parked[0]; r.extra == nil && r.start == m.watermark {
+			return l.key, time.Unix(0, r.read), true
+		}
+	}
+	return "", time.Time{}, false
 }
 
 func (m *Machine[P]) lane(key string) *lane[P] {
@@ -702,6 +988,11 @@ func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
 	}
 	if e.lane == nil {
 		m.makeReady(e)
+		return e
+	}
+	if len(e.lane.parked) > 0 {
+		// Behind the key's parked records, and before its later ones.
+		e.lane.parked = append(e.lane.parked, parkRun[P]{extra: e})
 		return e
 	}
 	e.lane.q = append(e.lane.q, e)
@@ -829,7 +1120,9 @@ func (m *Machine[P]) leaveLane(l *lane[P], e *Entry[P]) {
 	l.q[0] = nil
 	l.q = l.q[1:]
 	if len(l.q) == 0 {
-		delete(m.lanes, l.key)
+		if len(l.parked) == 0 {
+			delete(m.lanes, l.key)
+		}
 	} else if !l.q[0].taken {
 		m.makeReady(l.q[0])
 	}
@@ -862,6 +1155,10 @@ func (m *Machine[P]) settle() {
 		m.paused = true
 	case m.full() || len(m.backlog) > 0:
 		m.paused = true
+	case m.residentWindow():
+		if int64(len(m.pending)) <= m.cfg.MaxWindow/2 {
+			m.paused = false
+		}
 	case m.next < 0 || m.watermark < 0 || m.next-m.watermark <= m.cfg.MaxWindow/2:
 		m.paused = false
 	}
@@ -903,8 +1200,9 @@ func (m *Machine[P]) Stopped() bool { return m.stopped }
 // InFlight returns how many dispatched records have no result yet.
 func (m *Machine[P]) InFlight() int { return m.inflight }
 
-// Pending returns how many accepted records are not acked.
-func (m *Machine[P]) Pending() int { return len(m.pending) }
+// Pending returns how many accepted records are not acked, parked ones
+// included.
+func (m *Machine[P]) Pending() int { return len(m.pending) + int(m.parked) }
 
 // Backlog returns how many offered records wait for room in the window.
 func (m *Machine[P]) Backlog() int { return len(m.backlog) }
@@ -966,7 +1264,7 @@ func (m *Machine[P]) Snapshot() Snapshot {
 	s := Snapshot{
 		version: m.version, Acked: &m.acked, Ranges: m.ranges,
 		Watermark: m.watermark, Next: m.next, Committed: m.committed,
-		Pending: len(m.pending), InFlight: m.inflight, Keys: len(m.lanes),
+		Pending: m.Pending(), InFlight: m.inflight, Keys: len(m.lanes),
 	}
 	if e := m.pending[m.watermark]; e != nil {
 		s.Oldest = e.Dispatched

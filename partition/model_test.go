@@ -23,7 +23,10 @@ import (
 //     nothing fails;
 //   - the commit is never past an offset that is not acked, never ahead of
 //     a flush, and never moves back;
-//   - the window bounds the records held;
+//   - the window bounds the records held (in memory, when keys park);
+//   - parked records come back through fetches made again from where
+//     Reread says, or from anywhere, repeated: each goes out once, in its
+//     key's order;
 //   - shared (a part of the key hashes claimed, others' records counted
 //     as done): only the node's records go out, floors are respected,
 //     a range being given up sends nothing new, and the acked set a flush
@@ -66,6 +69,9 @@ type model struct {
 	// out are aborted too (a delivery that stops stops its whole batch).
 	abortedLanes map[string]bool
 	budget       *MemoryBudget
+	parkBudget   *MemoryBudget
+	// unparked counts the records Unpark took back.
+	unparked int
 	// ranges are the hashes this node delivers (nil: all), frozen those
 	// it is giving up; floors what a previous owner delivered per range.
 	ranges, frozen keyrange.Set
@@ -83,6 +89,14 @@ func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window 
 		now: time.Unix(1_700_000_000, 0),
 	}
 	md.cfg = Config{Ordering: ordering, MaxWindow: window, Batch: batch, Clock: func() time.Time { return md.now }}
+	if rnd.IntN(2) == 0 {
+		// Keys park records beyond a few; a parked record costs little.
+		md.cfg.ParkAfter, md.cfg.ParkedBytes = 1+rnd.IntN(4), 1+int64(rnd.IntN(3))
+		if rnd.IntN(2) == 0 {
+			md.parkBudget, _ = NewMemoryBudget(int64(4 + rnd.IntN(60)))
+			md.cfg.ParkBudget = md.parkBudget
+		}
+	}
 	if rnd.IntN(2) == 0 {
 		// A node-wide byte budget, at least the largest record.
 		md.budget, _ = NewMemoryBudget(int64(8 + rnd.IntN(60)))
@@ -193,7 +207,11 @@ func (md *model) step(op byte) {
 	md.now = md.now.Add(time.Duration(md.rnd.IntN(20)) * time.Millisecond)
 	switch op % 10 {
 	case 0, 1:
-		md.fetch()
+		if md.m.Parked() > 0 && md.rnd.IntN(2) == 0 {
+			md.reread()
+		} else {
+			md.fetch()
+		}
 	case 2, 3, 4:
 		md.dispatch()
 	case 5, 6, 7:
@@ -249,6 +267,26 @@ func (md *model) fetch() {
 		md.fetchAt++
 	}
 	md.m.Offer(recs)
+}
+
+// reread fetches again from where the machine's parked records are (or,
+// now and then, from anywhere before the fetch position) and hands what
+// it read to Unpark.
+func (md *model) reread() {
+	from := md.m.Reread()
+	if from < 0 || md.rnd.IntN(5) == 0 {
+		if md.fetchAt == 0 {
+			return
+		}
+		from = md.log[md.rnd.IntN(md.fetchAt)].offset
+	}
+	var recs []Record[int64]
+	for i := 0; i < md.fetchAt && len(recs) < 1+md.rnd.IntN(30); i++ {
+		if md.log[i].offset >= from {
+			recs = append(recs, md.record(md.log[i]))
+		}
+	}
+	md.unparked += md.m.Unpark(recs)
 }
 
 // refetch offers records again (a fetch from an older position).
@@ -518,7 +556,22 @@ func (md *model) firstUnacked(ranges keyrange.Set) int64 {
 
 func (md *model) check() {
 	m := md.m
-	if p := m.Pending(); p > int(md.cfg.MaxWindow) {
+	if m.residentWindow() {
+		if p := len(m.pending); p > int(md.cfg.MaxWindow) {
+			md.t.Fatalf("step %d: %d records in memory, window %d", md.steps, p, md.cfg.MaxWindow)
+		}
+		for _, l := range m.lanes {
+			n := 0
+			for _, e := range l.q {
+				if !e.extra {
+					n++
+				}
+			}
+			if m.parks() && n > m.refillCap {
+				md.t.Fatalf("step %d: lane %q holds %d records in memory, cap %d", md.steps, l.key, n, m.refillCap)
+			}
+		}
+	} else if p := m.Pending(); p > int(md.cfg.MaxWindow) {
 		md.t.Fatalf("step %d: %d records pending, window %d", md.steps, p, md.cfg.MaxWindow)
 	}
 	md.maxPending = max(md.maxPending, m.Pending())
@@ -526,6 +579,9 @@ func (md *model) check() {
 		if md.budget.Used() != m.Held() || m.Held() > md.budget.Max() {
 			md.t.Fatalf("step %d: budget used %d, machine holds %d, max %d", md.steps, md.budget.Used(), m.Held(), md.budget.Max())
 		}
+	}
+	if md.parkBudget != nil && (md.parkBudget.Used() != m.ParkHeld() || m.ParkHeld() > md.parkBudget.Max()) {
+		md.t.Fatalf("step %d: park budget used %d, machine holds %d, max %d", md.steps, md.parkBudget.Used(), m.ParkHeld(), md.parkBudget.Max())
 	}
 	wm := m.Watermark()
 	if wm >= 0 {
@@ -562,10 +618,11 @@ func (md *model) finish() {
 	}
 	for guard := 0; ; guard++ {
 		if guard > 100000 {
-			md.t.Fatalf("no progress: watermark %d, log end %d, pending %d, backlog %d", md.m.Watermark(), md.logEnd, md.m.Pending(), md.m.Backlog())
+			md.t.Fatalf("no progress: watermark %d, log end %d, pending %d (parked %d, reread %d), backlog %d, budget %v", md.m.Watermark(), md.logEnd, md.m.Pending(), md.m.Parked(), md.m.Reread(), md.m.Backlog(), md.budget)
 		}
 		md.fetch()
 		md.m.Refill()
+		md.reread()
 		md.dispatch()
 		for len(md.out) > 0 {
 			md.complete(true)
@@ -597,6 +654,9 @@ func (md *model) finish() {
 	}
 	if md.m.Paused() && md.m.Next()-md.m.Watermark() <= md.cfg.MaxWindow/2 {
 		md.t.Fatalf("paused with an empty window")
+	}
+	if md.m.Parked() != 0 {
+		md.t.Fatalf("%d records still parked", md.m.Parked())
 	}
 }
 
@@ -662,7 +722,7 @@ func TestMachineModel(t *testing.T) {
 	if testing.Short() {
 		cases = 300
 	}
-	steps, batches := 0, 0
+	steps, batches, unparked := 0, 0, 0
 	rnd := rand.New(rand.NewPCG(42, 7))
 	for i := range cases {
 		data := make([]byte, 12+rnd.IntN(400))
@@ -673,9 +733,13 @@ func TestMachineModel(t *testing.T) {
 		md.run(ops)
 		steps += md.steps
 		batches += md.batchesSeen
+		unparked += md.unparked
 		if t.Failed() {
 			t.Fatalf("case %d failed", i)
 		}
 	}
-	t.Logf("state machine model: %d cases, %d steps, %d batches", cases, steps, batches)
+	t.Logf("state machine model: %d cases, %d steps, %d batches, %d records parked and taken back", cases, steps, batches, unparked)
+	if unparked == 0 {
+		t.Fatal("no record was parked and taken back: the cases do not exercise parking")
+	}
 }

@@ -198,6 +198,13 @@ type HoldingStatus struct {
 	NextAttempt *time.Time `json:"next_attempt,omitempty"`
 	// Behind counts the records pending behind it.
 	Behind int64 `json:"behind"`
+	// Parked counts the partition's pending records held by offset only
+	// (their key is busy; they are read again from Kafka when it frees
+	// up); OldestParked is when the oldest was read, OldestParkedAgeMS how
+	// long ago, as of the answer. Absent when none is parked.
+	Parked            int64      `json:"parked,omitempty"`
+	OldestParked      *time.Time `json:"oldest_parked,omitempty"`
+	OldestParkedAgeMS *int64     `json:"oldest_parked_age_ms,omitempty"`
 }
 
 // RangeStatus is one range [Lo, Hi) of a partition's key hash space

@@ -330,6 +330,11 @@ type Holding struct {
 	NextAttempt time.Time `json:"next_attempt,omitzero"`
 	// Behind counts the records pending behind it in the claim's ranges.
 	Behind int64 `json:"behind"`
+	// Parked counts the pending records of the claim whose values were
+	// dropped until their key has room (read again from Kafka then), and
+	// OldestParked is when the oldest of them was read.
+	Parked       int64     `json:"parked,omitempty"`
+	OldestParked time.Time `json:"oldest_parked,omitzero"`
 }
 
 // Flush writes f as pk's state in one round trip, iff f.Epoch's claim

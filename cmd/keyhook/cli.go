@@ -460,6 +460,13 @@ func printHolding(w io.Writer, ps []subscription.PartitionStatus, now time.Time)
 			b.WriteString(", not sent yet (its key's earlier record or a delivery slot)")
 		}
 		fmt.Fprintf(&b, "; %d records pending behind it", h.Behind)
+		if h.Parked > 0 {
+			fmt.Fprintf(&b, " (%d parked by offset", h.Parked)
+			if h.OldestParkedAgeMS != nil {
+				fmt.Fprintf(&b, ", the oldest read %s ago", roundAge(time.Duration(*h.OldestParkedAgeMS)*time.Millisecond))
+			}
+			b.WriteString(")")
+		}
 		lines = append(lines, b.String())
 	}
 	if len(lines) == 0 {

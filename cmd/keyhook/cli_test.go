@@ -29,12 +29,13 @@ import (
 type cliStatus struct{}
 
 func (cliStatus) Status(_ context.Context, s *subscription.Subscription) (*subscription.Status, error) {
-	age := int64(1500)
+	age, parkedAge := int64(1500), int64(95_000)
 	next := time.Now().Add(30 * time.Second)
 	return &subscription.Status{SubscriptionID: s.ID, Partitions: []subscription.PartitionStatus{
 		{Topic: s.Topics[0], Partition: 0, Committed: 40, LogEnd: 52, Lag: 12, Watermark: 41, Pending: 11, InFlight: 3,
 			InFlightKeys: 3, AckedRanges: [][2]int64{}, Owner: "node-a", OldestPendingAgeMS: &age,
-			Holding: &subscription.HoldingStatus{Offset: 41, Key: "order-7", AgeMS: 125_000, Attempts: 6, LastStatus: 503, NextAttempt: &next, Behind: 10}},
+			Holding: &subscription.HoldingStatus{Offset: 41, Key: "order-7", AgeMS: 125_000, Attempts: 6, LastStatus: 503, NextAttempt: &next, Behind: 10,
+				Parked: 7, OldestParkedAgeMS: &parkedAge}},
 		{Topic: s.Topics[0], Partition: 1, Committed: -1, Watermark: -1, AckedRanges: [][2]int64{}},
 	}}, nil
 }
@@ -231,7 +232,7 @@ func TestSubscriptionsCLIRoundTrip(t *testing.T) {
 	}
 	// Why the commit waits: the record holding the watermark, its key,
 	// attempts, last answer, next attempt and what is behind it.
-	if want := `orders/0: offset 41 (key "order-7"), read 2m5s ago, 6 attempts, last answered 503, next attempt in 30s; 10 records pending behind it`; !strings.Contains(out, want) {
+	if want := `orders/0: offset 41 (key "order-7"), read 2m5s ago, 6 attempts, last answered 503, next attempt in 30s; 10 records pending behind it (7 parked by offset, the oldest read 1m35s ago)`; !strings.Contains(out, want) {
 		t.Errorf("status does not say what holds the watermark; want %q in:\n%s", want, out)
 	}
 	var st subscription.Status

@@ -34,6 +34,8 @@ type config struct {
 	SessionTimeout        time.Duration
 	MaxWindow             int64
 	MaxBufferedBytes      int64
+	ParkAfter             int
+	MaxParkedBytes        int64
 	RequestTimeout        time.Duration
 	// BootstrapToken, when set, is made an admin API token at start
 	// (idempotent), so a fresh deployment has a first token.
@@ -92,12 +94,23 @@ func (c config) app(log *slog.Logger) app.Config {
 		SessionTimeout:        c.SessionTimeout,
 		MaxWindow:             c.MaxWindow,
 		MaxBufferedBytes:      c.MaxBufferedBytes,
+		ParkAfter:             parkAfter(c.ParkAfter),
+		MaxParkedBytes:        c.MaxParkedBytes,
 		ConfigTopic:           c.ConfigTopic,
 		TracesExporter:        c.TracesExporter,
 		Console:               c.console,
 		Getenv:                c.getenv,
 		Logger:                log,
 	}
+}
+
+// parkAfter is --park-after as the app takes it: 0 there is the default,
+// and never parking is negative.
+func parkAfter(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // kafkaFlags and redisFlags name the flag of each connect field, so that a
@@ -180,7 +193,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often acked offsets are written to Redis")
 	fs.DurationVar(&c.CommitInterval, "commit-interval", time.Second, "how often the watermark is committed to Kafka")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 10*time.Second, "Kafka consumer group session timeout")
-	fs.Int64Var(&c.MaxWindow, "max-window", 10000, "records per partition between watermark and fetch position before fetching pauses")
+	fs.Int64Var(&c.MaxWindow, "max-window", 10000, "records per partition held in memory until acked before fetching pauses (with --park-after 0, or ordering partition: records between watermark and fetch position)")
+	fs.IntVar(&c.ParkAfter, "park-after", 16, "records of one key held in memory under ordering key; its later records are parked by offset and read again from Kafka when the key frees up, so a stuck key never stops its partition; 0 never parks")
+	fs.Int64Var(&c.MaxParkedBytes, "max-parked-bytes", 0, "what parked records may cost over the node, about 64 bytes each; fetching pauses at the bound; 0 is a quarter of --max-buffered-bytes")
 	fs.Int64Var(&c.MaxBufferedBytes, "max-buffered-bytes", 128<<20, "bytes of fetched records the node holds until acked, over every partition; fetching pauses at the bound (size it at about a quarter of the memory limit)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "timeout of one delivery attempt")
 	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
@@ -305,6 +320,12 @@ func (c config) validate(cmd string, requireBackends bool) error {
 	}
 	if c.MaxBufferedBytes <= 0 {
 		return bad("max-buffered-bytes", fmt.Sprintf("is %d, must be positive", c.MaxBufferedBytes))
+	}
+	if c.ParkAfter < 0 {
+		return bad("park-after", fmt.Sprintf("is %d, must be 0 (never park) or more", c.ParkAfter))
+	}
+	if c.MaxParkedBytes < 0 {
+		return bad("max-parked-bytes", fmt.Sprintf("is %d, must be 0 (a quarter of --max-buffered-bytes) or more", c.MaxParkedBytes))
 	}
 	if c.EndpointConcurrency < 0 {
 		return bad("endpoint-concurrency", fmt.Sprintf("is %d, must be 0 (no cap) or more", c.EndpointConcurrency))

@@ -68,6 +68,8 @@ var appFlags = map[string]string{
 	"SessionTimeout":      "session-timeout",
 	"MaxWindow":           "max-window",
 	"MaxBufferedBytes":    "max-buffered-bytes",
+	"ParkAfter":           "park-after",
+	"MaxParkedBytes":      "max-parked-bytes",
 	"TracesExporter":      "traces-exporter",
 	"ConfigTopic":         "config-topic",
 }

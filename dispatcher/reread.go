@@ -1,0 +1,158 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keyhook/keyhook/partition"
+)
+
+// A key holding more records than it can deliver parks the rest by offset
+// (partition.Config.ParkAfter): their values are dropped and, when the key
+// has room again, read again from Kafka. A re-read is a pass: a client of
+// its own, without a group, reading the partition from the lowest parked
+// offset that a key has room for, handing what it reads to the worker,
+// whose machine takes back only the parked records next in their key's
+// turn. The worker starts a pass, lets it run while keys take what it
+// reads, and ends it once none has room; a key that wants an offset the
+// pass went past starts a new one. Each pass is a client of its own, so a
+// record of an ended pass can never be taken for one of the next.
+
+// rereadBatch is what a pass read, handed to its worker.
+type rereadBatch struct {
+	pass uint64
+	recs []*kgo.Record
+	// logStart is the partition's log start offset as of the fetch.
+	logStart int64
+}
+
+// rereadPass is the re-read in progress of a worker.
+type rereadPass struct {
+	id     uint64
+	from   int64
+	cancel context.CancelFunc
+}
+
+// rereadEvery paces the passes of a partition: a pass costs a client and
+// a connection.
+const rereadEvery = 50 * time.Millisecond
+
+// manageReread starts, keeps or ends the partition's re-read as the
+// machine's parked records ask.
+func (w *worker) manageReread() {
+	want := w.m.Reread()
+	p := w.pass
+	switch {
+	case want < 0:
+		if p != nil {
+			w.endPass()
+		}
+	case p != nil && want >= p.from && want >= w.passPos:
+		// The pass has not reached it yet.
+	case time.Since(w.passStarted) < rereadEvery:
+		// A new pass soon: a tick brings this back.
+	default:
+		if p != nil {
+			w.endPass()
+		}
+		w.startPass(want)
+	}
+}
+
+func (w *worker) startPass(from int64) {
+	w.passSeq++
+	ctx, cancel := context.WithCancel(w.ctx)
+	p := &rereadPass{id: w.passSeq, from: from, cancel: cancel}
+	w.pass, w.passPos, w.passStarted = p, from, time.Now()
+	if time.Since(w.passLogged) >= 10*time.Second {
+		w.passLogged = time.Now()
+		w.log.Info("re-reading parked records", "from", from, "parked", w.m.Parked())
+	}
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		w.rereadLoop(ctx, p.id, from)
+	}()
+}
+
+func (w *worker) endPass() {
+	w.pass.cancel()
+	w.pass = nil
+}
+
+// rereadLoop is a pass: it reads the partition from offset from and hands
+// the records to the worker until ctx ends.
+func (w *worker) rereadLoop(ctx context.Context, id uint64, from int64) {
+	n := w.g.n
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(n.cfg.Brokers...),
+		kgo.ClientID("keyhook-" + n.cfg.NodeID + "-reread"),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{w.tp.topic: {w.tp.partition: kgo.NewOffset().At(from)}}),
+		// What the group's fetch saw, no more: aborted data stays unread.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(250 * time.Millisecond),
+		// Small fetches: a pass ends when its keys are full, and what it
+		// read beyond is read again by the next.
+		kgo.FetchMaxBytes(1 << 20),
+		kgo.FetchMaxPartitionBytes(256 << 10),
+		// An offset retention deleted resets to the log start, which the
+		// batches carry: the worker sees what is gone.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}
+	opts = append(opts, n.cfg.KafkaOptions...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		w.g.countError("reread")
+		w.log.Warn("re-read of parked records failed", "err", err)
+		return
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollRecords(ctx, 1000)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				w.g.countError("reread")
+				w.log.Warn("re-read fetch error", "err", err)
+			}
+		})
+		var b rereadBatch
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if p.Topic == w.tp.topic && p.Partition == w.tp.partition {
+				b.recs = append(b.recs, p.Records...)
+				b.logStart = p.LogStartOffset
+			}
+		})
+		if len(b.recs) == 0 {
+			continue
+		}
+		b.pass = id
+		select {
+		case w.rereads <- b:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// takeReread hands what the current pass read to the machine.
+func (w *worker) takeReread(b rereadBatch) {
+	if w.pass == nil || b.pass != w.pass.id {
+		return // an ended pass's
+	}
+	recs := make([]partition.Record[*kgo.Record], len(b.recs))
+	for i, r := range b.recs {
+		recs[i] = machineRecord(r)
+	}
+	w.m.Unpark(recs)
+	w.passPos = b.recs[len(b.recs)-1].Offset + 1
+	w.g.tel.reread.Add(context.Background(), int64(len(b.recs)), metric.WithAttributeSet(w.attrs))
+	w.pub.reread.Add(int64(len(b.recs)))
+	w.manageReread()
+}

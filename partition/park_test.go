@@ -1,0 +1,184 @@
+package partition
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// stuck builds a machine where key "s" holds the watermark at offset 0
+// (dispatched, never answered) while keys "a".."c" and "s" keep coming.
+func stuckPartition(t *testing.T, parkAfter int, window int64) (*Machine[string], *Entry[string]) {
+	t.Helper()
+	m := newMachine(t, Config{MaxWindow: window, ParkAfter: parkAfter, ParkedBytes: 8})
+	m.Claim(nil)
+	m.Offer(recs("0:s"))
+	head := drainReady(t, m)
+	if len(head) != 1 {
+		t.Fatalf("dispatched %v", offsetsOf(head))
+	}
+	return m, head[0]
+}
+
+func TestStuckKeyParksAndOtherKeysKeepFlowingPastTheWindow(t *testing.T) {
+	m, _ := stuckPartition(t, 2, 10)
+	// 100 offsets: every fourth is the stuck key's, the rest three others.
+	// They arrive four at a time; the other keys' records are acked as
+	// they go, while the stuck key parks.
+	for o := 1; o <= 100; o += 4 {
+		var specs []string
+		for k := o; k < o+4 && k <= 100; k++ {
+			specs = append(specs, itoa(k)+":"+[]string{"s", "a", "b", "c"}[k%4])
+		}
+		m.Offer(recs(specs...))
+		for _, e := range drainReady(t, m) {
+			m.Done(e, true)
+		}
+	}
+	if m.Backlog() != 0 || m.Paused() {
+		t.Fatalf("backlog %d, paused %v: other keys stopped behind the stuck one", m.Backlog(), m.Paused())
+	}
+	if got := m.Next(); got != 101 {
+		t.Fatalf("fetch position %d, want 101: the window stopped the fetch", got)
+	}
+	// "s" holds its head (out) and offset 4 in memory; 8..100 are parked.
+	if got := m.Parked(); got != 24 {
+		t.Fatalf("parked %d, want 24", got)
+	}
+	if got := len(m.pending); got != 2 {
+		t.Fatalf("%d records in memory, want 2 (the stuck head and one behind it)", got)
+	}
+	if got := m.Pending(); got != 26 {
+		t.Fatalf("pending %d, want 26", got)
+	}
+	if m.Watermark() != 0 {
+		t.Fatalf("watermark %d, want 0", m.Watermark())
+	}
+	if m.Reread() != -1 {
+		t.Fatalf("reread from %d while the stuck key has no room", m.Reread())
+	}
+}
+
+func TestParkedRecordsComeBackInOrderWhenTheKeyFreesUp(t *testing.T) {
+	m, head := stuckPartition(t, 2, 100)
+	m.Offer(recs("1:s", "2:a", "3:s", "4:s", "5:b", "6:s", "7:s"))
+	for _, e := range drainReady(t, m) {
+		m.Done(e, true) // a and b
+	}
+	if got := m.Parked(); got != 4 {
+		t.Fatalf("parked %d, want 4 (3, 4, 6, 7)", got)
+	}
+	if key, _, ok := m.HoldingParked(); ok {
+		t.Fatalf("watermark's record reported parked (key %q) while it is in memory", key)
+	}
+	m.Done(head, true)
+	// Offset 1 goes; the key has room for its parked ones from offset 3.
+	one := drainReady(t, m)
+	if diff := cmp.Diff([]int64{1}, offsetsOf(one)); diff != "" {
+		t.Fatalf("after the head (-want +got):\n%s", diff)
+	}
+	if got := m.Reread(); got != 3 {
+		t.Fatalf("reread from %d, want 3", got)
+	}
+	// A fetch made again from an earlier position, repeated and with a
+	// record out of turn: only the next parked ones are taken, in turn.
+	if got := m.Unpark(recs("0:s", "2:a", "4:s", "3:s", "3:s", "4:s", "5:b", "6:s")); got != 3 {
+		t.Fatalf("took %d, want 3 (3, 4, 6: the first 4 came before 3)", got)
+	}
+	m.Done(one[0], true)
+	if got := m.Unpark(recs("4:s", "5:b", "6:s", "7:s")); got != 1 {
+		t.Fatalf("took %d, want 1 (7)", got)
+	}
+	var order []int64
+	for range 10 {
+		out := drainReady(t, m)
+		for _, e := range out {
+			order = append(order, e.Offset)
+			if e.Payload != itoa(int(e.Offset))+":s" {
+				t.Fatalf("offset %d carries %q", e.Offset, e.Payload)
+			}
+			m.Done(e, true)
+		}
+		if from := m.Reread(); from >= 0 {
+			m.Unpark(recs("6:s", "7:s"))
+		}
+	}
+	if diff := cmp.Diff([]int64{3, 4, 6, 7}, order); diff != "" {
+		t.Fatalf("order of the parked records (-want +got):\n%s", diff)
+	}
+	if m.Parked() != 0 || m.Pending() != 0 || m.Watermark() != 8 {
+		t.Fatalf("parked %d, pending %d, watermark %d; want 0, 0, 8", m.Parked(), m.Pending(), m.Watermark())
+	}
+}
+
+func TestWatermarkHeldByAParkedRecordNamesItsKey(t *testing.T) {
+	m, head := stuckPartition(t, 1, 100)
+	m.Offer(recs("1:s", "2:s"))
+	m.Done(head, true)
+	// 1 and 2 were parked (the key held its head); now nothing of "s" is
+	// in memory and the watermark waits for parked offset 1.
+	key, _, ok := m.HoldingParked()
+	if !ok || key != "s" || m.Watermark() != 1 {
+		t.Fatalf("holding parked: %q %v, watermark %d; want \"s\", true, 1", key, ok, m.Watermark())
+	}
+	if m.OldestParked().IsZero() {
+		t.Fatal("no oldest parked time")
+	}
+}
+
+func TestInjectedRecordBehindParkedOnesWaitsForThem(t *testing.T) {
+	m, head := stuckPartition(t, 1, 100)
+	m.Offer(recs("1:s"))
+	x := m.Inject([]byte("s"), "redrive")
+	m.Offer(recs("2:s"))
+	if m.PeekExtra() != nil {
+		t.Fatal("injected record ready while the key has parked records before it")
+	}
+	m.Done(head, true)
+	m.Unpark(recs("1:s"))
+	one := drainReady(t, m)
+	if diff := cmp.Diff([]int64{1}, offsetsOf(one)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	m.Done(one[0], true)
+	if m.PeekExtra() != x {
+		t.Fatal("injected record not ready once the parked record before it was acked")
+	}
+	if err := m.DispatchExtra(x); err != nil {
+		t.Fatal(err)
+	}
+	m.Unpark(recs("2:s"))
+	if out := drainReady(t, m); len(out) != 0 {
+		t.Fatalf("%v dispatched while the injected record before it is out", offsetsOf(out))
+	}
+	m.Done(x, true)
+	if diff := cmp.Diff([]int64{2}, offsetsOf(drainReady(t, m))); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestParkBudgetBoundsParkedRecords(t *testing.T) {
+	b, _ := NewMemoryBudget(3 * 8)
+	m := newMachine(t, Config{MaxWindow: 100, ParkAfter: 1, ParkedBytes: 8, ParkBudget: b})
+	m.Claim(nil)
+	m.Offer(recs("0:s", "1:s", "2:s", "3:s", "4:s", "5:a"))
+	drainReady(t, m)
+	if m.Parked() != 3 || m.Backlog() != 2 || !m.Paused() {
+		t.Fatalf("parked %d, backlog %d, paused %v; want 3, 2, true", m.Parked(), m.Backlog(), m.Paused())
+	}
+	m.Close()
+	if b.Used() != 0 {
+		t.Fatalf("park budget holds %d after Close", b.Used())
+	}
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}

@@ -368,6 +368,9 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 		if s.ParkedSeen {
 			parked = append(parked, point{s.T, s.Parked})
 			r.ParkedMax = max(r.ParkedMax, s.Parked)
+			// The counter appears with its first re-read; a node that
+			// parks and never re-read has read nothing again.
+			r.Reread = max(r.Reread, 0)
 		}
 		if s.RereadSeen {
 			r.Reread = max(r.Reread, s.Reread)

@@ -187,6 +187,35 @@ func TestMeasureFindsTheFailingKeysLastRecordAfterRecovery(t *testing.T) {
 	}
 }
 
+// TestParkedAndRereadTellANodeWithoutParkingFromZero: a node that does
+// not publish keyhook.records.parked reads n/a; one that does, before
+// its first re-read, has re-read nothing.
+func TestParkedAndRereadTellANodeWithoutParkingFromZero(t *testing.T) {
+	d := newDataset(dataSpec{Records: 10, Keys: 2, ValueBytes: 32, Special: specialFailing, SpecialShare: 0.2, Seed: 3})
+	start := 1000 * sec
+	tests := []struct {
+		name                 string
+		samples              []sample
+		wantParked, wantRead int64
+	}{
+		{"no parking metrics", []sample{{T: start + sec}}, int64(notMeasured), int64(notMeasured)},
+		{"parking, no re-read yet", []sample{{T: start + sec, ParkedSeen: true, Parked: 40}, {T: start + 2*sec, ParkedSeen: true, Parked: 70}}, 70, 0},
+		{"parking and re-reading", []sample{{T: start + sec, ParkedSeen: true, Parked: 40, RereadSeen: true, Reread: 12}, {T: start + 2*sec, ParkedSeen: true, RereadSeen: true, Reread: 30}}, 40, 30},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &stuckRun{}
+			r.measure(newSinkRun(d, sinkSpec{FailRecord: -1}, true), d, tt.samples, nil, nil, start, start+10*sec, start+10*sec)
+			if r.ParkedMax != tt.wantParked || r.Reread != tt.wantRead {
+				t.Errorf("parked max %d, re-read %d; want %d, %d", r.ParkedMax, r.Reread, tt.wantParked, tt.wantRead)
+			}
+			if got := r.Windows[0].Parked; got != tt.wantParked {
+				t.Errorf("window parked %d, want %d", got, tt.wantParked)
+			}
+		})
+	}
+}
+
 // TestSinkFailsTheFailingKeyUntilItRecovers: the failing key's requests
 // are answered 503 until failUntil, the other keys' always 2xx.
 func TestSinkFailsTheFailingKeyUntilItRecovers(t *testing.T) {

@@ -114,6 +114,9 @@ type stuckRun struct {
 	MaxGaps     int64   `json:"max_gaps"`
 	GapBytes    int64   `json:"bytes_at_max_gaps"`
 	BytesPerGap float64 `json:"bytes_per_gap"`
+	// MarginalPerGap leaves the hash's fixed cost out: the bytes between
+	// the samples with the fewest and the most gaps over their gaps.
+	MarginalPerGap float64 `json:"marginal_bytes_per_gap"`
 	// The special key's records, delivered, and the time from its
 	// recovery to its last record delivered (s, notMeasured when not all
 	// were delivered or it never recovered).
@@ -145,8 +148,11 @@ type stuckWindow struct {
 	SpecialDone int64   `json:"special_delivered"`
 	RSSMB       float64 `json:"rss_mib"`
 	Parked      int64   `json:"parked"`
-	Gaps        int64   `json:"gaps"`
-	RedisBytes  int64   `json:"redis_bytes"`
+	// Reread is the node's records read again so far, at the window's
+	// end: its growth is the re-read load.
+	Reread     int64 `json:"reread"`
+	Gaps       int64 `json:"gaps"`
+	RedisBytes int64 `json:"redis_bytes"`
 }
 
 // runStuck runs scenario 7: runs a, b and c one after the other, each on
@@ -362,7 +368,7 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 	nw := int((ended - start) / width)
 	rates := rateWindows(others, start, stuckWidth, nw)
 	specials := countWindows(special, start, stuckWidth, nw)
-	var parked, gaps, bytes []point
+	var parked, reread, gaps, bytes []point
 	r.ParkedMax, r.Reread = notMeasured, notMeasured
 	for _, s := range ns {
 		if s.ParkedSeen {
@@ -375,6 +381,9 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 		if s.RereadSeen {
 			r.Reread = max(r.Reread, s.Reread)
 		}
+		if s.ParkedSeen || s.RereadSeen {
+			reread = append(reread, point{s.T, s.Reread})
+		}
 	}
 	for _, s := range ts {
 		gaps = append(gaps, point{s.T, s.Gaps})
@@ -382,6 +391,7 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 	}
 	rssW := windowMax(rss, start, stuckWidth, nw)
 	parkedW := windowMax(parked, start, stuckWidth, nw)
+	rereadW := windowMax(reread, start, stuckWidth, nw)
 	gapsW := windowMax(gaps, start, stuckWidth, nw)
 	bytesW := windowMax(bytes, start, stuckWidth, nw)
 	for i := range nw {
@@ -389,7 +399,7 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 			Start:      float64(i) * stuckWidth.Seconds(),
 			Producing:  start+int64(i+1)*width <= produced,
 			OthersRate: rates[i], Ratio: notMeasured, SpecialDone: specials[i],
-			RSSMB: notMeasured, Parked: parkedW[i], Gaps: gapsW[i], RedisBytes: bytesW[i],
+			RSSMB: notMeasured, Parked: parkedW[i], Reread: rereadW[i], Gaps: gapsW[i], RedisBytes: bytesW[i],
 		}
 		if rssW[i] >= 0 {
 			w.RSSMB = float64(rssW[i]) / 1024
@@ -415,6 +425,7 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 	r.MeanRate = mean(producing)
 
 	r.MaxGaps, r.GapBytes, r.BytesPerGap = perGap(ts)
+	r.MarginalPerGap = marginalPerGap(ts)
 	if r.ParkedMax < 0 && d.spec.Special != specialNone {
 		r.Notes = append(r.Notes, "the node publishes no keyhook.records.parked: parked records not measured")
 	}
@@ -546,6 +557,28 @@ func perGap(ts []trackSample) (gaps, bytes int64, per float64) {
 		per = float64(bytes) / float64(gaps)
 	}
 	return gaps, bytes, per
+}
+
+// marginalPerGap is the bytes the tracking hash grew from the sample
+// with the fewest gaps to the one with the most, per gap added
+// (notMeasured under 10 gaps apart: the noise of the hash's encoding).
+func marginalPerGap(ts []trackSample) float64 {
+	if len(ts) == 0 {
+		return notMeasured
+	}
+	lo, hi := ts[0], ts[0]
+	for _, s := range ts {
+		if s.Gaps > hi.Gaps {
+			hi = s
+		}
+		if s.Gaps < lo.Gaps {
+			lo = s
+		}
+	}
+	if hi.Gaps-lo.Gaps < 10 {
+		return notMeasured
+	}
+	return float64(hi.Bytes-lo.Bytes) / float64(hi.Gaps-lo.Gaps)
 }
 
 func mean(vs []float64) float64 {

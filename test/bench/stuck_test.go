@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -126,7 +129,8 @@ func TestRSSGrowthIsTheLastProductionWindowOverTheWarmUp(t *testing.T) {
 }
 
 // TestPerGapIsTakenAtTheMostGaps: bytes per gap divide the tracking
-// hash's size by its gaps at the sample with the most of them.
+// hash's size by its gaps at the sample with the most of them; the
+// marginal figure divides its growth by the gaps added.
 func TestPerGapIsTakenAtTheMostGaps(t *testing.T) {
 	gaps, bytes, per := perGap([]trackSample{{Gaps: 0, Bytes: 200}, {Gaps: 100, Bytes: 4000}, {Gaps: 50, Bytes: 9000}})
 	if gaps != 100 || bytes != 4000 || per != 40 {
@@ -134,6 +138,12 @@ func TestPerGapIsTakenAtTheMostGaps(t *testing.T) {
 	}
 	if _, _, per := perGap([]trackSample{{Bytes: 200}}); per != notMeasured {
 		t.Errorf("without a gap: %v B/gap, want not measured", per)
+	}
+	if got := marginalPerGap([]trackSample{{Gaps: 2, Bytes: 1000}, {Gaps: 102, Bytes: 3000}, {Gaps: 50, Bytes: 2100}}); got != 20 {
+		t.Errorf("marginal %v B/gap, want 20 (2,000 B over 100 gaps)", got)
+	}
+	if got := marginalPerGap([]trackSample{{Gaps: 2, Bytes: 1000}, {Gaps: 5, Bytes: 1900}}); got != notMeasured {
+		t.Errorf("marginal %v B/gap over 3 gaps, want not measured", got)
 	}
 }
 
@@ -302,5 +312,56 @@ func TestStuckFlagsShapeScenarioSeven(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-stuck-share", "0"}, &discard); err == nil {
 		t.Error("-stuck-share 0 accepted")
+	}
+}
+
+// TestStuckScenarioRunsEndToEnd runs scenario 7 at a CI size (500 rec/s,
+// seconds of failure): three runs, every 10 s window measured with the
+// node's RSS, the failing key's records all delivered in order once it
+// recovered, and results.md, results.json and stuck.png written (no
+// throughput chart: the scenario has no bar in it). It asserts nothing
+// about the rates.
+func TestStuckScenarioRunsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server, Kafka and a keyhook child process per run")
+	}
+	out := t.TempDir()
+	opts := options{scenarios: []string{"7"}, out: out, latency: distFixed, stuck: stuckSpec{
+		Rate: 500, Baseline: 10 * time.Second,
+		Fail: 12 * time.Second, After: 3 * time.Second, FailShare: 0.02, FailDrain: 30 * time.Second,
+		Slow: 10 * time.Second, SlowShare: 0.01, SlowDrain: 2 * time.Second,
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := run(ctx, opts, "go test ./test/bench", testWriter{t})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	s := res.scenario("7")
+	if s == nil || s.Stuck == nil || len(s.Stuck.Runs) != 3 {
+		t.Fatalf("scenario 7: %+v, want three stuck runs", s)
+	}
+	if s.Stuck.BaselineRate <= 0 {
+		t.Errorf("run a's rate %v, want > 0", s.Stuck.BaselineRate)
+	}
+	for _, r := range s.Stuck.Runs {
+		if len(r.Windows) == 0 || r.MinRatio < 0 {
+			t.Errorf("%s: %d windows, min ratio %v; want windows with a ratio", r.Name, len(r.Windows), r.MinRatio)
+		}
+		if r.RSSMaxMB <= 0 {
+			t.Errorf("%s: no RSS read", r.Name)
+		}
+		if r.Overlaps != 0 || r.Reorders != 0 {
+			t.Errorf("%s: per-key order broken: %d overlapping requests, %d out of order", r.Name, r.Overlaps, r.Reorders)
+		}
+		if r.Kind == stuckFailing && (r.SpecialDone != r.SpecialTotal || r.RecoveredLast < 0) {
+			t.Errorf("%s: %d of %d of the failing key's records delivered (last %v s after recovery), want all", r.Name, r.SpecialDone, r.SpecialTotal, r.RecoveredLast)
+		}
+	}
+	for f, want := range map[string]bool{"results.md": true, "results.json": true, "stuck.png": true, "throughput.png": false} {
+		st, err := os.Stat(filepath.Join(out, f))
+		if got := err == nil && st.Size() > 0; got != want {
+			t.Errorf("%s written: %v, want %v", f, got, want)
+		}
 	}
 }

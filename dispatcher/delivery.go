@@ -111,6 +111,17 @@ func (f *flight) step() (time.Duration, bool) {
 	switch {
 	case f.ended != nil:
 		res, f.ended = *f.ended, nil
+	case f.rec.Expiring() && g.sub.DeadLetterTopicFor(f.rec.Payload.Topic) != "":
+		// Retention is about to delete it: no further attempt, it goes
+		// to the dead-letter topic now, with its attempts so far.
+		now := time.Now()
+		res = webhooks.Result{Outcome: webhooks.OutcomeFinal, Err: errRetention, First: now, LastAt: now,
+			Last: webhooks.Attempt{Err: errRetention, Started: now}}
+		if f.rt != nil {
+			res = f.rt.Result()
+			res.Outcome, res.Err = webhooks.OutcomeFinal, errRetention
+			f.rt = nil
+		}
 	case f.reqErr != nil:
 		now := time.Now()
 		res = webhooks.Result{Outcome: webhooks.OutcomeFinal, Err: f.reqErr, First: now, LastAt: now,

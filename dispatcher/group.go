@@ -70,6 +70,9 @@ type group struct {
 	// the latest sync gave them, absent meaning all of them.
 	balancer *sharing.Balancer
 	assigned map[topicPartition]keyrange.Set
+	// retention is each topic's time-based retention as last read (see
+	// retention.go), nil before the first read.
+	retention atomic.Pointer[map[string]time.Duration]
 
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
@@ -194,6 +197,11 @@ func (g *group) run(ctx context.Context) error {
 		defer bg.Done()
 		g.commitLoop(ctx)
 	}()
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		g.watchRetention(ctx)
+	}()
 	if g.redriver != nil {
 		// Redrives take at most this many slots of their own, beside the
 		// subscription's in-flight budget: they are an operator's rare
@@ -284,6 +292,7 @@ func (g *group) poll(ctx context.Context) error {
 			g.mu.Unlock()
 			if w != nil {
 				w.highWatermark.Store(p.HighWatermark)
+				w.logStart.Store(p.LogStartOffset)
 				g.tel.fetched.Add(ctx, int64(len(p.Records)), metric.WithAttributeSet(w.attrs))
 				w.push(p.Records)
 			}

@@ -150,6 +150,9 @@ func (w *worker) takeReread(b rereadBatch) {
 	for i, r := range b.recs {
 		recs[i] = machineRecord(r)
 	}
+	if b.logStart > w.logStart.Load() {
+		w.logStart.Store(b.logStart)
+	}
 	w.m.Unpark(recs)
 	w.passPos = b.recs[len(b.recs)-1].Offset + 1
 	w.g.tel.reread.Add(context.Background(), int64(len(b.recs)), metric.WithAttributeSet(w.attrs))

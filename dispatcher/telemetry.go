@@ -54,6 +54,8 @@ type telemetry struct {
 	startResets  metric.Int64Counter
 	notOwned     metric.Int64Counter
 	reread       metric.Int64Counter
+	expiring     metric.Int64Counter
+	lost         metric.Int64Counter
 }
 
 func newTelemetry(n *Node) (*telemetry, error) {
@@ -74,7 +76,11 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	t.notOwned, e = m.Int64Counter("keyhook.records.not_owned", metric.WithDescription("Records read from a shared partition that another node delivers (their key hash is in its range): the read amplification of key-range sharing."), metric.WithUnit("{record}"))
 	must(e)
-	t.reread, e = m.Int64Counter("keyhook.records.reread", metric.WithDescription("Records read again from Kafka to take back parked ones (a key that held more than --park-after records parks the rest by offset): the read cost of stuck or slow keys."), metric.WithUnit("{record}"))
+	t.reread, e = m.Int64Counter("keyhook.records.reread", metric.WithDescription("Records fetched again from Kafka to take back parked ones (a key that held more than --park-after records parks the rest by offset); a pass reads every record from the lowest parked offset wanted, so this counts the read cost of stuck or slow keys, not the parked records."), metric.WithUnit("{record}"))
+	must(e)
+	t.expiring, e = m.Int64Counter("keyhook.records.expiring", metric.WithDescription("Pending records found about to be deleted by the topic's retention (a quarter of retention.ms before, at most 6 h) and let out of their key's turn: dead-lettered with the reason, or delivered at once when dead-lettering is off."), metric.WithUnit("{record}"))
+	must(e)
+	t.lost, e = m.Int64Counter("keyhook.records.lost", metric.WithDescription("Records never delivered, by reason: retention (parked records the log start passed before they could be read again). Any increase is an incident."), metric.WithUnit("{record}"))
 	must(e)
 	t.deliveries, e = m.Int64Counter("keyhook.deliveries", metric.WithDescription("Deliveries that ended, by outcome: delivered, dead_lettered, aborted."), metric.WithUnit("{delivery}"))
 	must(e)
@@ -212,6 +218,19 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	partitionGauge("keyhook.records.parked", "Pending records of the partition held by offset only, their values dropped until their key has room: keys stuck or slower than their arrivals. Fetching goes on for the other keys.", "{record}",
 		func(w *worker) (int64, bool) { return w.pub.parked.Load(), true })
+	_, e = m.Float64ObservableGauge("keyhook.retention.headroom", metric.WithDescription("How long until the retention guard lets the partition's oldest pending record out of its key's turn (dead-lettered, or delivered when dead-lettering is off): a quarter of the topic's retention.ms (at most 6 h) before the record may be deleted. Absent for topics without time-based retention or with nothing pending."), metric.WithUnit("s"),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			now := time.Now().UnixNano()
+			for _, g := range n.groups() {
+				for _, w := range g.snapshotWorkers() {
+					if at := w.pub.guardAt.Load(); at > 0 {
+						o.Observe(float64(at-now)/1e9, metric.WithAttributeSet(w.attrs))
+					}
+				}
+			}
+			return nil
+		}))
+	must(e)
 	partitionGauge("keyhook.partition.key_hashes", "Key hashes of the partition (of 65536) this node delivers: all of them unless the partition is shared by key range.", "{hash}",
 		func(w *worker) (int64, bool) { return int64(w.ranges().Len()), true })
 	return t, err
@@ -237,6 +256,7 @@ func (g *group) initTelemetry() {
 	// Series that alerts watch exist from the start, at zero, so increase()
 	// and rate() see the first event instead of a series appearing.
 	g.tel.deadLetters.Add(ctx, 0, metric.WithAttributeSet(g.attrs))
+	g.tel.lost.Add(ctx, 0, metric.WithAttributes(attrSubscription.String(id), attrReason.String(lostRetention)))
 	for _, op := range []string{"fetch", "claim", "flush", "commit", "dead_letter", "reread"} {
 		g.tel.errors.Add(ctx, 0, metric.WithAttributes(attrSubscription.String(id), attrOp.String(op)))
 	}

@@ -97,8 +97,9 @@ type worker struct {
 	// assignment, then every commit the committer makes. The loop hands
 	// it to the machine.
 	committed atomic.Int64
-	// highWatermark is the log end as of the last fetch, set by the poll.
-	highWatermark atomic.Int64
+	// highWatermark is the log end as of the last fetch, set by the poll;
+	// logStart the log start offset.
+	highWatermark, logStart atomic.Int64
 	// pub is what the loop publishes for the committer, stats and gauges.
 	pub published
 
@@ -153,6 +154,8 @@ type worker struct {
 	passSeq                 uint64
 	passPos                 int64
 	passStarted, passLogged time.Time
+	// guardRan is when the retention guard last ran.
+	guardRan time.Time
 }
 
 // progress is a record's latest attempt.
@@ -193,9 +196,12 @@ type published struct {
 	// parked counts the records parked by offset; reread those read
 	// again to take them back.
 	parked, reread atomic.Int64
-	paused         atomic.Bool
-	fenced         atomic.Bool
-	claimed        atomic.Bool
+	// guardAt is when the retention guard acts on the oldest pending
+	// record, unix ns, 0 unknown or none.
+	guardAt atomic.Int64
+	paused  atomic.Bool
+	fenced  atomic.Bool
+	claimed atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.
@@ -428,6 +434,7 @@ func (w *worker) run() {
 			w.flush()
 			w.reshape()
 			w.manageReread()
+			w.guardRetention(time.Now())
 			// The watermark-age gauge needs no more than the tick's
 			// resolution; publish runs once per record.
 			if e := w.m.Holding(); e != nil {

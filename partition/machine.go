@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyhook/keyhook/keyrange"
@@ -149,7 +150,16 @@ type Entry[P any] struct {
 	// ready: in the ready or extras queue; out: dispatched, no result
 	// yet; aborted: its attempt was cut and it waits for the next owner.
 	ready, out, aborted bool
+	// expiring: the topic's retention is about to delete the record (see
+	// Expire). Read by the goroutine delivering it, hence atomic.
+	expiring atomic.Bool
 }
+
+// Expiring reports whether the record was found about to fall out of the
+// topic's retention while pending (see Expire): it goes out of its key's
+// turn, and its delivery should end at once (dead-lettered) where the
+// subscription allows.
+func (e *Entry[P]) Expiring() bool { return e.expiring.Load() }
 
 // Out reports whether the entry was dispatched and has no result yet.
 func (e *Entry[P]) Out() bool { return e.out }
@@ -174,6 +184,9 @@ type lane[P any] struct {
 	// parked follow q, in order: runs of offsets whose values were
 	// dropped, and records injected behind them.
 	parked []parkRun[P]
+	// rescue: the first parked record is expiring; it is taken back out
+	// of turn, whatever room the lane has.
+	rescue bool
 }
 
 // parkRun is a run of consecutive offsets of one lane that are parked, or
@@ -785,7 +798,7 @@ func (m *Machine[P]) Reread() int64 {
 	}
 	low := int64(-1)
 	for l := range m.parkedLanes {
-		if len(l.q) > m.laneCap/2 || l.parked[0].extra != nil || m.laneFrozen(l) {
+		if (len(l.q) > m.laneCap/2 && !l.rescue) || l.parked[0].extra != nil || m.laneFrozen(l) {
 			continue
 		}
 		if s := l.parked[0].start; low < 0 || s < low {
@@ -812,11 +825,8 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 		if r.Control || r.Key == nil {
 			continue
 		}
-		if m.full() {
-			break
-		}
 		l := m.lanes[string(r.Key)]
-		if l == nil || len(l.parked) == 0 || len(l.q) >= m.refillCap {
+		if l == nil || len(l.parked) == 0 || ((len(l.q) >= m.refillCap || m.full()) && !l.rescue) {
 			continue
 		}
 		run := &l.parked[0]
@@ -842,11 +852,22 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 		m.unpark(1)
 		m.held += hold
 		m.pending[e.Offset] = e
-		l.q = append(l.q, e)
-		if len(l.q) == 1 {
+		if l.rescue {
+			// Out of its key's turn: it waits for nothing.
+			l.rescue = false
+			e.lane = nil
+			e.expiring.Store(true)
 			m.makeReady(e)
+		} else {
+			l.q = append(l.q, e)
+			if len(l.q) == 1 {
+				m.makeReady(e)
+			}
 		}
 		m.promote(l)
+		if len(l.q) == 0 && len(l.parked) == 0 {
+			delete(m.lanes, l.key)
+		}
 		took++
 	}
 	if took > 0 {
@@ -872,6 +893,110 @@ func (m *Machine[P]) promote(l *lane[P]) {
 		l.parked = nil
 		delete(m.parkedLanes, l)
 	}
+}
+
+// Expire finds the pending records whose timestamp is before cutoff: the
+// topic's retention is about to delete them, after which a crash would
+// lose them and a parked one could not be read again. Each is marked
+// expiring and let out of its key's turn: one in memory goes at once (or
+// goes on, when already out), a parked one is read again at once,
+// whatever room its key has. What its delivery does then (dead-lettered
+// with the reason, or delivered out of turn) is the caller's policy. It
+// returns how many records it found, at most max a call.
+func (m *Machine[P]) Expire(cutoff time.Time, max int) int {
+	if !m.claimed || m.stopped || max <= 0 {
+		return 0
+	}
+	n := 0
+	for _, e := range m.pending {
+		if n >= max {
+			break
+		}
+		if e.Time.IsZero() || !e.Time.Before(cutoff) || e.expiring.Load() {
+			continue
+		}
+		n++
+		e.expiring.Store(true)
+		if l := e.lane; l != nil && !e.out && !e.taken && !e.ready && l.q[0] != e {
+			// Out of its lane, keeping the order of the others.
+			for i, f := range l.q {
+				if f == e {
+					l.q = append(l.q[:i], l.q[i+1:]...)
+					break
+				}
+			}
+			e.lane = nil
+			m.makeReady(e)
+		}
+	}
+	c := cutoff.UnixMilli()
+	for l := range m.parkedLanes {
+		if n >= max {
+			break
+		}
+		if r := l.parked[0]; r.extra == nil && r.ts > 0 && r.ts < c && !l.rescue {
+			l.rescue = true
+			n++
+		}
+	}
+	return n
+}
+
+// ParkedLostBelow lets go of the parked records below off, the log start:
+// retention deleted them before they could be read again, so they count
+// as done, never delivered. It returns how many there were; the caller
+// must say so loudly. Records in memory are not lost: they are delivered.
+func (m *Machine[P]) ParkedLostBelow(off int64) int64 {
+	if m.parked == 0 {
+		return 0
+	}
+	var lost int64
+	for l := range m.parkedLanes {
+		for len(l.parked) > 0 && l.parked[0].extra == nil && l.parked[0].start < off {
+			r := &l.parked[0]
+			end := min(r.end, off)
+			m.addAcked(r.start, end)
+			lost += end - r.start
+			m.unpark(end - r.start)
+			if r.start = end; r.start == r.end {
+				l.parked[0] = parkRun[P]{}
+				l.parked = l.parked[1:]
+			}
+		}
+		l.rescue = false
+		m.promote(l)
+		if len(l.q) == 0 && len(l.parked) == 0 {
+			delete(m.lanes, l.key)
+		}
+	}
+	if lost > 0 {
+		m.version++
+		m.settle()
+	}
+	return lost
+}
+
+// OldestTime returns the oldest timestamp of the pending records, in
+// memory or parked (a parked run counts its first record's); zero when
+// none has one.
+func (m *Machine[P]) OldestTime() time.Time {
+	var oldest time.Time
+	for _, e := range m.pending {
+		if !e.Time.IsZero() && (oldest.IsZero() || e.Time.Before(oldest)) {
+			oldest = e.Time
+		}
+	}
+	for l := range m.parkedLanes {
+		for _, r := range l.parked {
+			if r.extra == nil {
+				if t := time.UnixMilli(r.ts); r.ts > 0 && (oldest.IsZero() || t.Before(oldest)) {
+					oldest = t
+				}
+				break
+			}
+		}
+	}
+	return oldest
 }
 
 // Parked returns how many records are parked by offset.

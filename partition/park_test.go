@@ -2,6 +2,7 @@ package partition
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -181,4 +182,67 @@ func itoa(i int) string {
 		b = append([]byte{byte('0' + i%10)}, b...)
 	}
 	return string(b)
+}
+
+func TestExpiringRecordsGoOutOfTheirKeysTurn(t *testing.T) {
+	m, head := stuckPartition(t, 2, 100)
+	t0 := time.Unix(1_700_000_000, 0)
+	rs := recs("1:s", "2:s", "3:s", "4:s", "5:a")
+	for i := range rs {
+		rs[i].Time = t0.Add(time.Duration(i) * time.Second)
+	}
+	m.Offer(rs)
+	drainReady(t, m) // 5 (key a) goes; 1 waits behind the head; 2, 3, 4 are parked
+	if m.Parked() != 3 {
+		t.Fatalf("parked %d, want 3", m.Parked())
+	}
+	// Records older than t0+1.5s are about to be deleted: 1 (in memory)
+	// and the parked 2.
+	if n := m.Expire(t0.Add(1500*time.Millisecond), 100); n != 2 {
+		t.Fatalf("expire found %d, want 2 (1, and parked 2)", n)
+	}
+	out := drainReady(t, m)
+	if diff := cmp.Diff([]int64{1}, offsetsOf(out)); diff != "" {
+		t.Fatalf("records going out of turn (-want +got):\n%s", diff)
+	}
+	if !out[0].Expiring() {
+		t.Error("offset 1 not marked expiring")
+	}
+	if head.Expiring() {
+		t.Error("the head, read with no timestamp, marked expiring")
+	}
+	// The parked 2 is read again at once although the key is busy, and
+	// goes out of turn; 3 and 4 come back in turn, behind the head.
+	if got := m.Reread(); got != 2 {
+		t.Fatalf("reread from %d, want 2", got)
+	}
+	if took := m.Unpark(recs("2:s", "3:s", "4:s")); took != 3 {
+		t.Fatalf("took %d, want 3", took)
+	}
+	out = drainReady(t, m)
+	if diff := cmp.Diff([]int64{2}, offsetsOf(out)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if !out[0].Expiring() {
+		t.Error("offset 2 not marked expiring")
+	}
+	m.Done(head, true)
+	if diff := cmp.Diff([]int64{3}, offsetsOf(drainReady(t, m))); diff != "" {
+		t.Fatalf("after the head (-want +got):\n%s", diff)
+	}
+}
+
+func TestParkedRecordsBelowTheLogStartAreCountedLost(t *testing.T) {
+	m, head := stuckPartition(t, 1, 100)
+	m.Offer(recs("1:s", "2:s", "3:s", "4:a"))
+	for _, e := range drainReady(t, m) {
+		m.Done(e, true) // 4
+	}
+	if lost := m.ParkedLostBelow(3); lost != 2 {
+		t.Fatalf("lost %d, want 2 (1 and 2, parked below the log start 3)", lost)
+	}
+	m.Done(head, true)
+	if m.Watermark() != 3 || m.Parked() != 1 {
+		t.Fatalf("watermark %d, parked %d; want 3 and 1", m.Watermark(), m.Parked())
+	}
 }

@@ -181,6 +181,9 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# Retention is enforced within a second (default 5 min), so that tests of
+# keyhook's retention guard see segments deleted while they run.
+log.retention.check.interval.ms=1000
 # broker.session.timeout.ms stays at 9 s although it slows restart --kill:
 # shorter sessions get the broker fenced on a busy 2-core test machine.
 EOF

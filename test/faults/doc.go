@@ -12,7 +12,8 @@
 // a cluster (harness_test.go) — keyhook nodes, Redis, a sink, a subscription
 // on a topic of its own, of 12 partitions unless the scenario asks for
 // fewer (the key-range sharing scenarios of sharing_test.go run several
-// nodes on one partition) — injects its fault, and ends with the
+// nodes on one partition, the parking scenario of parking_test.go one node
+// per partition of two) — injects its fault, and ends with the
 // verifier (package internal/verify, shared with test/conformance), which
 // checks that nothing was lost, per-key order held, the commit never moved
 // backwards nor passed an offset that was not acked, dead-lettered or a

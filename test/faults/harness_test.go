@@ -63,6 +63,9 @@ type clusterConfig struct {
 	// keys is how many distinct record keys the producer cycles through
 	// (default 600, about 50 per partition).
 	keys int
+	// key, when set, names record seq's key instead of "key-<seq mod
+	// keys>": a scenario that needs a few keys heavier than the rest.
+	key func(seq int64) string
 	// maxInFlight is the subscription's MaxInFlight (default 64).
 	maxInFlight int
 	// latency and status configure the sink; they are set before the sink
@@ -470,7 +473,8 @@ func (c *cluster) expect(seqs ...int64) {
 }
 
 // producer writes keyed records whose value carries a sequence number,
-// {"seq":N}, with key "key-<N mod keys>"; records are partitioned by key.
+// {"seq":N}, with key "key-<N mod keys>" (or the scenario's key func);
+// records are partitioned by key.
 type producer struct {
 	c      *cluster
 	cl     *kgo.Client
@@ -520,8 +524,12 @@ func (p *producer) run(ctx context.Context, n, rate int) {
 				}
 			}
 		}
+		rec := verify.Record(seq, p.c.cfg.keys)
+		if p.c.cfg.key != nil {
+			rec.Key = []byte(p.c.cfg.key(seq))
+		}
 		wg.Add(1)
-		p.cl.Produce(ctx, verify.Record(seq, p.c.cfg.keys), func(r *kgo.Record, err error) {
+		p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 			defer wg.Done()
 			p.mu.Lock()
 			defer p.mu.Unlock()

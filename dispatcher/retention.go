@@ -1,0 +1,137 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// The retention guard. A record pending for long — behind a stuck key,
+// parked, or retrying — can outlive the topic's retention. Kafka then
+// deletes it: a parked record can no longer be read again, and a crash
+// of its owner would leave the next one nothing to deliver. Before that,
+// the guard lets it out of its key's turn: the record is dead-lettered
+// with the reason when the subscription dead-letters (its key's order is
+// kept for redrive, through the dead-letter topic), or delivered at once
+// when dead-lettering is off. A parked record the log start passed anyway
+// (size-based retention, or a guard that could not act in time) is
+// counted lost and logged as an error: never skipped unnoticed.
+
+// lostRetention is the reason of keyhook.records.lost for records
+// retention deleted before they were delivered.
+const lostRetention = "retention"
+
+// errRetention ends the delivery of an expiring record of a subscription
+// that dead-letters: it is written to the dead-letter topic with this
+// reason before retention deletes it.
+var errRetention = errors.New("the record was about to be deleted by the topic's retention while its key waited; dead-lettered out of its key's turn")
+
+// retentionRefresh is how often the topics' retention is read again.
+const retentionRefresh = time.Minute
+
+// guardEvery paces a partition's retention checks.
+const guardEvery = time.Second
+
+// retentionMargin is how long before a record's deletion the guard acts:
+// a quarter of the retention, at most six hours (well before, yet not so
+// early that a short outage costs a key its order).
+func retentionMargin(retention time.Duration) time.Duration {
+	return min(retention/4, 6*time.Hour)
+}
+
+// watchRetention reads the time-based retention of the subscription's
+// topics now and every retentionRefresh until ctx ends.
+func (g *group) watchRetention(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.readRetention(ctx)
+		t.Reset(retentionRefresh)
+	}
+}
+
+// readRetention reads retention.ms of every topic of the subscription;
+// a topic without time-based retention (-1) or whose config cannot be
+// read is left out, and the guard does not act on it.
+func (g *group) readRetention(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rcs, err := kadm.NewClient(g.client()).DescribeTopicConfigs(ctx, g.sub.Topics...)
+	if err != nil {
+		g.log.Warn("cannot read the topics' retention; the retention guard waits", "err", err)
+		return
+	}
+	out := make(map[string]time.Duration, len(rcs))
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			continue
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "retention.ms" {
+				continue
+			}
+			if ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64); err == nil && ms > 0 {
+				out[rc.Name] = time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	g.retention.Store(&out)
+}
+
+// retentionOf returns topic's time-based retention, false when it has
+// none or it is not known yet.
+func (g *group) retentionOf(topic string) (time.Duration, bool) {
+	m := g.retention.Load()
+	if m == nil {
+		return 0, false
+	}
+	d, ok := (*m)[topic]
+	return d, ok
+}
+
+// guardRetention runs the partition's retention check, at most once per
+// guardEvery: records about to be deleted go out of their key's turn,
+// parked records the log start passed are counted lost.
+func (w *worker) guardRetention(now time.Time) {
+	if now.Sub(w.guardRan) < guardEvery || !w.m.Claimed() || w.m.Stopped() {
+		return
+	}
+	w.guardRan = now
+	ctx := context.Background()
+	if ls := w.logStart.Load(); ls > 0 {
+		if lost := w.m.ParkedLostBelow(ls); lost > 0 {
+			w.g.tel.lost.Add(ctx, lost, metric.WithAttributes(attrSubscription.String(w.g.sub.ID), attrReason.String(lostRetention)))
+			w.log.Error("parked records deleted by the topic's retention before they could be read again; they are lost",
+				"records", lost, "log_start", ls)
+		}
+	}
+	ret, ok := w.g.retentionOf(w.tp.topic)
+	if !ok {
+		w.pub.guardAt.Store(0)
+		return
+	}
+	cutoff := now.Add(-(ret - retentionMargin(ret)))
+	if oldest := w.m.OldestTime(); !oldest.IsZero() {
+		w.pub.guardAt.Store(oldest.Add(ret - retentionMargin(ret)).UnixNano())
+	} else {
+		w.pub.guardAt.Store(0)
+	}
+	if n := w.m.Expire(cutoff, 10000); n > 0 {
+		w.g.tel.expiring.Add(ctx, int64(n), metric.WithAttributeSet(w.attrs))
+		action := "dead-lettered"
+		if w.g.sub.DeadLetterTopicFor(w.tp.topic) == "" {
+			action = "delivered out of their key's turn"
+		}
+		w.log.Warn("pending records about to be deleted by the topic's retention; they go now, "+action,
+			"records", n, "retention", ret, "older_than", cutoff)
+	}
+}

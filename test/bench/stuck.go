@@ -255,16 +255,22 @@ func (h *harness) stuckRun(ctx context.Context, sc scenario, spec dataSpec, sink
 	// From the node's start to the moment it is asked to stop: neither
 	// the runtime's first pages nor the exit are the node at work.
 	rss := startRSSSampler(ch.cmd.Process.Pid, time.Second)
-	stop := func() (childReport, error, []trackSample, []point) {
-		rs := rss.stop()
-		rep, err := ch.stop(30 * time.Second)
-		return rep, err, ts.stop(), rs
+	var (
+		rep      childReport
+		stopErr  error
+		tsamples []trackSample
+		rsamples []point
+	)
+	stop := func() {
+		rsamples = rss.stop()
+		rep, stopErr = ch.stop(30 * time.Second)
+		tsamples = ts.stop()
 	}
 	time.Sleep(500 * time.Millisecond) // let the claim land before the clock starts
 
 	p, err := newProducer(h.kafka.brokers, topic, d, time.Millisecond)
 	if err != nil {
-		_, _, _, _ = stop()
+		stop()
 		return nil, err
 	}
 	started := time.Now()
@@ -284,7 +290,7 @@ func (h *harness) stuckRun(ctx context.Context, sc scenario, spec dataSpec, sink
 	tk.Stop()
 	produced := time.Now()
 	if err := p.finish(ctx); err != nil {
-		_, _, _, _ = stop()
+		stop()
 		return nil, err
 	}
 	outcome := outcomeCapped
@@ -299,7 +305,7 @@ func (h *harness) stuckRun(ctx context.Context, sc scenario, spec dataSpec, sink
 		}
 	}
 	ended := time.Now()
-	rep, stopErr, tsamples, rsamples := stop()
+	stop()
 
 	r := &stuckRun{
 		Name: name, Kind: kind, Outcome: outcome,

@@ -96,6 +96,14 @@ type sample struct {
 	// (keyhook.records.not_owned).
 	KeyHashes int64 `json:"key_hashes,omitempty"`
 	NotOwned  int64 `json:"not_owned,omitempty"`
+	// Parked counts the records keyhook parked by offset, to be read
+	// again from Kafka (keyhook.records.parked), and Reread those it read
+	// again (keyhook.records.reread); the Seen flags tell a zero from a
+	// node that does not publish them.
+	Parked     int64 `json:"parked,omitempty"`
+	ParkedSeen bool  `json:"parked_seen,omitempty"`
+	Reread     int64 `json:"reread,omitempty"`
+	RereadSeen bool  `json:"reread_seen,omitempty"`
 }
 
 // childReport is what a child prints when it ends.

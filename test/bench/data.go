@@ -15,6 +15,9 @@ const (
 	specialSlow = "slow"
 	// specialHot is one key carrying a large share of the records.
 	specialHot = "hot"
+	// specialFailing is one key whose requests the sink answers 503
+	// until the run's failUntil.
+	specialFailing = "failing"
 )
 
 // dataSpec describes a scenario's records. The same spec always yields the

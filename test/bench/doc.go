@@ -4,6 +4,7 @@
 //	go run ./test/bench                      # every scenario, ~10–15 minutes on 2 cores
 //	go run ./test/bench -scenarios 1,3       # some of them (2 is 2a and 2b)
 //	go run ./test/bench -scenarios 6         # key-range sharing alone: 1 to 4 nodes on 1 partition
+//	go run ./test/bench -scenarios 7 -out test/bench/results/stuck   # the stuck key, ~25 minutes
 //	go run ./test/bench -quick               # a CI-sized smoke run
 //	go run ./test/bench -records 20000       # override every scenario's record count
 //	go run ./test/bench -contenders key,ceiling-a -profile   # pprof of the keyhook runs
@@ -42,6 +43,23 @@
 // they share the partition by key range. Its rate is taken once every
 // node's key hashes settled (keyhook.partition.key_hashes), and compared
 // with linear scaling of the one-node rate (goal: 0.85×).
+//
+// Scenario 7 is of a third kind (stuck.go), and runs only when named: a
+// ~25-minute run would more than double the default one. keyhook key, a
+// child process, on one partition of 10,000 keys while records are
+// produced at a steady rate (-stuck-rate, 5,000 rec/s), three runs: (a)
+// no failure, for -stuck-baseline (2 min): the no-failure rate; (b) one
+// key carrying -stuck-share (0.2%) of the records answered 503 for
+// -stuck-fail (10 min), production going on -stuck-after (1 min) once it
+// recovered, then up to -stuck-drain (10 min) to deliver the rest; (c)
+// one key carrying -stuck-slow-share (1%) answered in 1 s, for
+// -stuck-slow (5 min), then up to -stuck-slow-drain (1 min). Per 10 s
+// window it reports the other keys' delivered rate and its ratio to run
+// a's (goal ≥ 0.95 in every window), the node's RSS (/proc VmRSS), its
+// parked records (keyhook.records.parked), the partition's gaps and the
+// Redis bytes of its tracking hash (goal ≤ 64 per gap at the most gaps),
+// and at the end the stuck key's records delivered, in order, and how
+// long after its recovery the last one was (results.md, stuck.png).
 //
 // The sink records, for every record, when it was first answered 2xx and
 // the end-to-end latency from the record's timestamp (carried in the body),

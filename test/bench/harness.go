@@ -95,11 +95,16 @@ type scenarioResult struct {
 	Title    string       `json:"title"`
 	Preload  float64      `json:"preload_s"`
 	Runs     []*runResult `json:"runs"`
+	// Stuck holds scenario 7's runs, which are of their own kind.
+	Stuck *stuckResult `json:"stuck,omitempty"`
 }
 
 func (h *harness) runScenario(ctx context.Context, sc scenario) (*scenarioResult, error) {
 	if len(sc.Nodes) > 0 {
 		return h.runScaling(ctx, sc)
+	}
+	if sc.Stuck != nil {
+		return h.runStuck(ctx, sc)
 	}
 	res := &scenarioResult{Scenario: sc, ID: sc.ID, Title: sc.Title}
 	d := newDataset(sc.Data)

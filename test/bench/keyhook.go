@@ -168,6 +168,12 @@ func readNodeGauges(ctx context.Context, r *sdkmetric.ManualReader, s *sample, w
 						fetched += dp.Value
 					case "keyhook.records.not_owned":
 						s.NotOwned += dp.Value
+					case "keyhook.records.reread":
+						s.Reread += dp.Value
+						s.RereadSeen = true
+					case "keyhook.records.parked": // published as an up-down counter
+						s.Parked += dp.Value
+						s.ParkedSeen = true
 					case "keyhook.deliveries":
 						if v, ok := dp.Attributes.Value("keyhook.outcome"); ok && v.AsString() != "aborted" {
 							acked += dp.Value
@@ -190,6 +196,9 @@ func readNodeGauges(ctx context.Context, r *sdkmetric.ManualReader, s *sample, w
 					s.Paused += dp.Value
 				case "keyhook.partition.key_hashes":
 					s.KeyHashes += dp.Value
+				case "keyhook.records.parked":
+					s.Parked += dp.Value
+					s.ParkedSeen = true
 				case "keyhook.watermark.distance":
 					s.MaxDistance = max(s.MaxDistance, dp.Value)
 					p := partitionOf(dp.Attributes)

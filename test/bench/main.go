@@ -37,7 +37,7 @@ func main() {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenarios := fs.String("scenarios", "1,2,3,4,5,6", "scenarios to run, comma-separated (2 runs 2a and 2b)")
+	scenarios := fs.String("scenarios", "1,2,3,4,5,6", "scenarios to run, comma-separated (2 runs 2a and 2b; 7, the stuck key, ~25 minutes, only when named)")
 	contenders := fs.String("contenders", "", "keep only these contenders, comma-separated: baseline, key, partition, none, ceiling-a, ceiling-b, parallel-consumer, wrk (default all)")
 	records := fs.Int("records", 0, "records per scenario, overriding each scenario's own count")
 	out := fs.String("out", filepath.Join("test", "bench", "results"), "directory for results.md, results.json and throughput.png")
@@ -48,6 +48,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	idleConns := fs.Int("idle-conns", 0, "the webhooks client's MaxIdleConnsPerHost for keyhook and ceiling A (0: its default, as cmd/keyhook runs it)")
 	flushInterval := fs.Duration("flush-interval", 0, "keyhook's tracking flush interval (0: its default)")
 	profile := fs.Bool("profile", false, "write pprof CPU and allocation profiles of every keyhook run to <out>/profiles")
+	stuck := defaultStuck
+	fs.Float64Var(&stuck.Rate, "stuck-rate", stuck.Rate, "scenario 7: records produced per second")
+	fs.DurationVar(&stuck.Baseline, "stuck-baseline", stuck.Baseline, "scenario 7: production of run a, no failure (0 skips it: ratios to the offered rate)")
+	fs.DurationVar(&stuck.Fail, "stuck-fail", stuck.Fail, "scenario 7: how long run b's key fails (503), production running meanwhile (0 skips run b)")
+	fs.DurationVar(&stuck.After, "stuck-after", stuck.After, "scenario 7: production of run b after its key recovered")
+	fs.Float64Var(&stuck.FailShare, "stuck-share", stuck.FailShare, "scenario 7: share of the records carried by run b's failing key")
+	fs.DurationVar(&stuck.FailDrain, "stuck-drain", stuck.FailDrain, "scenario 7: how long run b may take to deliver the rest once production ended")
+	fs.DurationVar(&stuck.Slow, "stuck-slow", stuck.Slow, "scenario 7: production of run c, one key answered in 1 s (0 skips run c)")
+	fs.Float64Var(&stuck.SlowShare, "stuck-slow-share", stuck.SlowShare, "scenario 7: share of the records carried by run c's slow key")
+	fs.DurationVar(&stuck.SlowDrain, "stuck-slow-drain", stuck.SlowDrain, "scenario 7: how long run c may take to deliver the rest once production ended")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -59,9 +69,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "bench: -error-rate must be in [0, 1)")
 		return options{}, errors.New("bench: bad -error-rate")
 	}
+	if err := stuck.validate(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return options{}, err
+	}
 	o := options{
 		records: *records, out: *out, quick: *quick, latency: *latency,
 		errorRate: *errorRate, maxWindow: *maxWindow, idleConns: *idleConns, flushInterval: *flushInterval, profile: *profile,
+		stuck: stuck,
 	}
 	o.scenarios = splitList(*scenarios)
 	o.contenders = splitList(*contenders)

@@ -246,6 +246,9 @@ func (r *results) evaluate() {
 		if len(s.Scenario.Nodes) > 0 {
 			r.evaluateScaling(s)
 		}
+		if s.Stuck != nil {
+			r.evaluateStuck(s)
+		}
 	}
 	if p := r.Paced; p != nil {
 		if p.P99 < 0 {
@@ -262,7 +265,8 @@ func (r *results) evaluate() {
 	}
 }
 
-// write saves results.md, results.json and throughput.png under dir.
+// write saves results.md, results.json, throughput.png and, with
+// scenario 7, stuck.png under dir.
 func (r *results) write(dir string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -274,8 +278,20 @@ func (r *results) write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.markdown()), 0o644); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if err := writeChart(filepath.Join(dir, "throughput.png"), r); err != nil {
-		return err
+	// The stuck-key scenario has no throughput bar but a chart of its own.
+	bars := *r
+	bars.Scenarios = throughputScenarios(r.Scenarios)
+	if len(bars.Scenarios) > 0 {
+		if err := writeChart(filepath.Join(dir, "throughput.png"), &bars); err != nil {
+			return err
+		}
+	}
+	for _, s := range r.Scenarios {
+		if s.Stuck != nil {
+			if err := writeStuckChart(filepath.Join(dir, "stuck.png"), r, s); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -334,6 +350,10 @@ func (r *results) markdown() string {
 }
 
 func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
+	if s.Stuck != nil {
+		stuckMarkdown(b, s)
+		return
+	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	sc := s.Scenario
 	w("\n## Scenario %s: %s\n\n", s.ID, s.Title)

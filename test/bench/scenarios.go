@@ -59,6 +59,9 @@ type scenario struct {
 	// process of its own in one consumer group, on Data.Records records
 	// per node.
 	Nodes []int
+	// Stuck, when set, makes the scenario a stuck-key one (stuck.go):
+	// records produced at a steady rate while one key fails or is slow.
+	Stuck *stuckSpec
 	// Notes are printed under the scenario's table.
 	Notes []string
 }
@@ -79,6 +82,8 @@ type options struct {
 	// flushInterval is keyhook's tracking flush interval, 0 its default.
 	flushInterval time.Duration
 	profile       bool
+	// stuck shapes scenario 7.
+	stuck stuckSpec
 }
 
 // sizes are the record counts and time caps of a run size.
@@ -216,6 +221,26 @@ func buildScenarios(opts options) ([]scenario, error) {
 	}
 	all = append(all, s6)
 
+	s7 := s1
+	s7.ID = "7"
+	s7.Title = fmt.Sprintf("stuck key: 1 partition, 10,000 keys, endpoint %s, max_in_flight 1,000, %.0f rec/s offered; one key failing %v, one key at 1 s carrying %.0f%%",
+		lat, opts.stuck.Rate, opts.stuck.Fail, 100*opts.stuck.SlowShare)
+	s7.Partitions = 1
+	s7.Data = data(0) // the records follow from the rate and the durations
+	s7.Contenders = []contender{cKey}
+	stuck := opts.stuck
+	s7.Stuck = &stuck
+	s7.Notes = []string{
+		"keyhook key runs as a child process; records are produced at a steady rate, each stamped when produced. " +
+			"Run a has no special key: its mean rate over the production windows is the no-failure rate. " +
+			"Run b makes one key (its natural share of the records) answer 503 from the first record until the failure ends, production going on after it; " +
+			"run c makes one key carrying a larger share answer every request in 1 s. " +
+			"Each run then waits for the remaining records up to its drain cap.",
+		"The ratio of a window is the other keys' delivered rate over run a's rate scaled by the share of records of the other keys in the run " +
+			"(so a special key carrying 1% does not count as a 1% loss); only windows wholly within production have one.",
+	}
+	all = append(all, s7)
+
 	var out []scenario
 	for _, s := range all {
 		if !selected(opts.scenarios, s.ID) {
@@ -233,7 +258,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 		out = append(out, s)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("bench: -scenarios %q selects nothing (want some of 1,2,2a,2b,3,4,5,6)", strings.Join(opts.scenarios, ","))
+		return nil, fmt.Errorf("bench: -scenarios %q selects nothing (want some of 1,2,2a,2b,3,4,5,6,7)", strings.Join(opts.scenarios, ","))
 	}
 	return out, nil
 }

@@ -116,6 +116,8 @@ type sinkRun struct {
 	keyBusy []atomic.Int32
 	keyLast []atomic.Int64 // highest sequence answered 2xx per key, -1 none
 	failAt  atomic.Int64   // first attempt of FailRecord, unix ns
+	// failUntil is when the failing special key recovers, unix ns.
+	failUntil atomic.Int64
 
 	delivered atomic.Int64 // distinct records answered 2xx
 	others    atomic.Int64 // of them, records of ordinary keys
@@ -209,6 +211,8 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if now < run.failAt.Load()+int64(run.spec.FailFor) {
 			status = http.StatusServiceUnavailable
 		}
+	case info.key == 0 && run.data.spec.Special == specialFailing && now < run.failUntil.Load():
+		status = http.StatusServiceUnavailable
 	case run.spec.ErrorRate > 0 && rand.Float64() < run.spec.ErrorRate:
 		status = http.StatusServiceUnavailable
 	}

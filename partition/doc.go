@@ -3,7 +3,10 @@
 // between the watermark and the fetch position with its pause and resume
 // decisions, batch assembly, skipping what a previous owner acked, and the
 // rules that turn acks into a watermark, a watermark into a flush and a
-// flush into a Kafka commit.
+// flush into a Kafka commit. A key holding more than it can deliver parks
+// its later records by offset (their values dropped) until it has room,
+// when the caller fetches them again (Reread, Unpark); records about to
+// fall out of the topic's retention leave their key's turn (Expire).
 //
 // A Machine has no goroutines, no clock of its own (callers pass the time
 // where it matters), no Kafka client and no Redis. The dispatcher's

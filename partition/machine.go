@@ -40,9 +40,10 @@ type Config struct {
 	// Ordering is the subscription's ordering. Default OrderKey.
 	Ordering Ordering
 	// MaxWindow bounds the records between the watermark and the fetch
-	// position: at MaxWindow the partition pauses (Paused reports true)
-	// and records offered beyond it wait in a backlog; below half of it,
-	// it resumes. Required.
+	// position (with ParkAfter, under ordering key or none: the records
+	// held in memory): at MaxWindow the partition pauses (Paused reports
+	// true) and records offered beyond it wait in a backlog; below half
+	// of it, it resumes. Required.
 	MaxWindow int64
 	// Batch turns batching on when MaxRecords > 0.
 	Batch Batch

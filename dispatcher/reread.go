@@ -43,22 +43,27 @@ const rereadEvery = 50 * time.Millisecond
 
 // manageReread starts, keeps or ends the partition's re-read as the
 // machine's parked records ask.
+//
+// A pass starts for a key down to half its cap in memory, and goes on
+// while any key with room below its refill cap wants an offset ahead of
+// it; a key wanting one behind it starts a new pass, but only once down
+// to half its cap, so a key refilled to its cap does not restart a pass
+// for every record it delivers.
 func (w *worker) manageReread() {
 	want := w.m.Reread()
 	p := w.pass
 	switch {
-	case want < 0:
-		if p != nil {
+	case p != nil && want >= 0 && want < max(p.from, w.passPos):
+		// Behind the pass: a new one, soon.
+		if time.Since(w.passStarted) >= rereadEvery {
+			w.endPass()
+			w.startPass(want)
+		}
+	case p != nil:
+		if want < 0 && w.m.RereadAfter(w.passPos) < 0 {
 			w.endPass()
 		}
-	case p != nil && want >= p.from && want >= w.passPos:
-		// The pass has not reached it yet.
-	case time.Since(w.passStarted) < rereadEvery:
-		// A new pass soon: a tick brings this back.
-	default:
-		if p != nil {
-			w.endPass()
-		}
+	case want >= 0 && time.Since(w.passStarted) >= rereadEvery:
 		w.startPass(want)
 	}
 }

@@ -861,6 +861,26 @@ func (m *Machine[P]) Reread() int64 {
 	return low
 }
 
+// RereadAfter returns the lowest next parked offset at or after pos of
+// the keys with any room left (fewer than their refill cap in memory),
+// -1 when none: a fetch made again that reached pos goes on while it
+// finds some, and ends when not.
+func (m *Machine[P]) RereadAfter(pos int64) int64 {
+	if m.parked == 0 || !m.claimed || m.stopped || m.full() {
+		return -1
+	}
+	low := int64(-1)
+	for l := range m.parkedLanes {
+		if (len(l.q) >= m.refillCap && l.rescue == 0) || l.parked[0].extra != nil || m.laneFrozen(l) {
+			continue
+		}
+		if s := l.parked[0].start; s >= pos && (low < 0 || s < low) {
+			low = s
+		}
+	}
+	return low
+}
+
 // Unpark takes back parked records fetched again, in offset order. A
 // record is taken when it is the next parked one of its key and the key
 // has room: fewer than a tenth of the window (at least four times

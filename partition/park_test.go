@@ -274,3 +274,34 @@ func TestConflationDeliversOnlyAKeysNewestRecordWhenItFreesUp(t *testing.T) {
 		t.Fatalf("watermark %d, want 4", m.Watermark())
 	}
 }
+
+func TestRereadAfterKeepsAPassGoingWhileAKeyHasRoom(t *testing.T) {
+	m, head := stuckPartition(t, 2, 100) // refill cap max(8, 10) = 10
+	var specs []string
+	for o := 1; o <= 30; o++ {
+		specs = append(specs, itoa(o)+":s")
+	}
+	m.Offer(recs(specs...))
+	m.Done(head, true)
+	one := drainReady(t, m) // 1 goes; 2..30 are parked
+	if m.Reread() != 2 {
+		t.Fatalf("reread from %d, want 2", m.Reread())
+	}
+	m.Unpark(recs("2:s", "3:s", "4:s"))
+	// Above half its cap (2) in memory: no new pass would start, but one
+	// that reached 5 goes on, up to the refill cap.
+	if got := m.Reread(); got != -1 {
+		t.Fatalf("reread from %d, want -1 (the key holds 4, over half its cap of 2)", got)
+	}
+	if got := m.RereadAfter(5); got != 5 {
+		t.Fatalf("reread after 5: %d, want 5", got)
+	}
+	if got := m.RereadAfter(6); got != -1 {
+		t.Fatalf("reread after 6: %d, want -1 (the key wants 5, behind)", got)
+	}
+	m.Unpark(recs("5:s", "6:s", "7:s", "8:s", "9:s", "10:s", "11:s"))
+	if got := m.RereadAfter(11); got != -1 {
+		t.Fatalf("reread after 11: %d, want -1 (the key holds its refill cap)", got)
+	}
+	m.Done(one[0], true)
+}

@@ -224,6 +224,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		MaxIdleConns:        0, // no global cap: the per-host cap and the idle timeout bound it
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:     idleConnTimeout,
+		// Response bodies are a few bytes of diagnostics or batch
+		// results: asking for gzip would cost a header on every request
+		// and a decompressor on every gzipped answer.
+		DisableCompression: true,
 	}
 	tp, prop := cfg.TracerProvider, cfg.Propagator
 	if tp == nil {

@@ -242,7 +242,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	// attempt, a refused request included; credentials and the signature
 	// come after the caller's headers, which they must not follow, and the
 	// trace context last, so the endpoint continues the attempt's span.
-	c.attempt = chain(c.transport, c.traced, c.prepared, c.authenticated, signed, c.propagated)
+	wrappers := []func(handler) handler{c.traced, c.prepared, c.authenticated, signed, c.propagated}
+	if cfg.TracerProvider == nil {
+		// No spans: a span that records nothing would only carry the
+		// caller's trace context, which the attempt's context carries
+		// already, at the cost of a context per attempt.
+		wrappers = wrappers[1:]
+	}
+	c.attempt = chain(c.transport, wrappers...)
 	c.limited = limit(cfg.Limiters, c.sendOnce)
 	return c, nil
 }
@@ -264,6 +271,11 @@ type call struct {
 	// http, if set, sends the request instead of the client's own: a
 	// pool presenting the subscription's client certificate.
 	http *http.Client
+	// attempt is what a points to, and owned the values of the headers
+	// the client owns: allocated with the call rather than each on its
+	// own, since every attempt makes a call.
+	attempt Attempt
+	owned   [4]string
 }
 
 // handler handles one call.
@@ -352,10 +364,12 @@ type Attempt struct {
 // returning. Send never retries and never waits for a [Limiter]; see
 // [Client.Deliver].
 func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
-	a := Attempt{Number: attempt, Started: c.clock.Now()}
-	c.attempt(ctx, &call{r: r, a: &a, header: make(http.Header, len(r.Header)+6)})
-	a.Duration = c.clock.Now().Sub(a.Started)
-	return a
+	cl := &call{r: r, header: make(http.Header, len(r.Header)+6)}
+	cl.attempt = Attempt{Number: attempt, Started: c.clock.Now()}
+	cl.a = &cl.attempt
+	c.attempt(ctx, cl)
+	cl.a.Duration = c.clock.Now().Sub(cl.a.Started)
+	return cl.attempt
 }
 
 // timeout is the attempt timeout of r: its own, else the client's.
@@ -390,7 +404,7 @@ func (c *Client) prepared(next handler) handler {
 		if ct == "" {
 			ct = octetStream
 		}
-		owned := headerSet{h: cl.header, vals: make([]string, 0, 4)}
+		owned := headerSet{h: cl.header, vals: cl.owned[:0]}
 		owned.set("Content-Type", ct)
 		owned.set("User-Agent", c.cfg.UserAgent)
 		owned.set(canonicalAttempt, strconv.Itoa(cl.a.Number))

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -145,6 +147,56 @@ type Client struct {
 	// creds keeps token sources, AWS credentials and client certificate
 	// pools across attempts.
 	creds *credentialCache
+	// goodURLs are endpoint URLs that passed the check of every attempt.
+	goodURLs urlChecks
+}
+
+// maxGoodURLs bounds a client's urlChecks: URLs come and go with
+// subscriptions, and past the bound a URL is parsed at each attempt, as
+// if it were new.
+const maxGoodURLs = 4096
+
+// urlChecks checks endpoint URLs, remembering those that passed: every
+// attempt checks its URL, and a delivery's attempts, like a
+// subscription's records, have the same one.
+type urlChecks struct {
+	good sync.Map // URL → struct{}
+	n    atomic.Int64
+}
+
+// check reports why raw is not a usable endpoint URL, nil when it is.
+func (uc *urlChecks) check(raw string) error {
+	if _, ok := uc.good.Load(raw); ok {
+		return nil
+	}
+	if err := checkURL(raw); err != nil {
+		return err
+	}
+	if uc.n.Load() < maxGoodURLs {
+		if _, loaded := uc.good.LoadOrStore(raw, struct{}{}); !loaded {
+			uc.n.Add(1)
+		}
+	}
+	return nil
+}
+
+// checkURL reports why raw is not an http or https URL with a host.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the url.Error would repeat the query string
+		}
+		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%w: missing host", ErrInvalidURL)
+	}
+	return nil
 }
 
 // NewClient returns a Client whose dialer checks every destination address
@@ -384,7 +436,7 @@ func (c *Client) timeout(r *Request) time.Duration {
 // the caller's headers and those the client owns.
 func (c *Client) prepared(next handler) handler {
 	return func(ctx context.Context, cl *call) {
-		if err := checkRequest(cl.r); err != nil {
+		if err := c.checkRequest(cl.r); err != nil {
 			cl.a.Err = err
 			return
 		}
@@ -417,20 +469,9 @@ func (c *Client) prepared(next handler) handler {
 
 // checkRequest reports what makes r unsendable at every attempt: its URL,
 // its redirect allowance, its headers.
-func checkRequest(r *Request) error {
-	u, err := url.Parse(r.URL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the url.Error would repeat the query string
-		}
-		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
-	}
-	if u.Host == "" {
-		return fmt.Errorf("%w: missing host", ErrInvalidURL)
+func (c *Client) checkRequest(r *Request) error {
+	if err := c.goodURLs.check(r.URL); err != nil {
+		return err
 	}
 	if r.FollowRedirects < 0 {
 		return fmt.Errorf("%w: follow redirects must not be negative", ErrInvalidRequest)

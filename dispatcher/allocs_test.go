@@ -14,7 +14,7 @@ const (
 	maxAllocsPerDelivery = 15
 	// maxAllocsPerSentDelivery adds the webhooks client and net/http's
 	// client side, sending to a kept-alive sink that allocates nothing.
-	maxAllocsPerSentDelivery = 90
+	maxAllocsPerSentDelivery = 75
 )
 
 func TestDeliveryAllocationsStayWithinBudget(t *testing.T) {

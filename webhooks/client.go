@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -145,6 +147,56 @@ type Client struct {
 	// creds keeps token sources, AWS credentials and client certificate
 	// pools across attempts.
 	creds *credentialCache
+	// goodURLs are endpoint URLs that passed the check of every attempt.
+	goodURLs urlChecks
+}
+
+// maxGoodURLs bounds a client's urlChecks: URLs come and go with
+// subscriptions, and past the bound a URL is parsed at each attempt, as
+// if it were new.
+const maxGoodURLs = 4096
+
+// urlChecks checks endpoint URLs, remembering those that passed: every
+// attempt checks its URL, and a delivery's attempts, like a
+// subscription's records, have the same one.
+type urlChecks struct {
+	good sync.Map // URL → struct{}
+	n    atomic.Int64
+}
+
+// check reports why raw is not a usable endpoint URL, nil when it is.
+func (uc *urlChecks) check(raw string) error {
+	if _, ok := uc.good.Load(raw); ok {
+		return nil
+	}
+	if err := checkURL(raw); err != nil {
+		return err
+	}
+	if uc.n.Load() < maxGoodURLs {
+		if _, loaded := uc.good.LoadOrStore(raw, struct{}{}); !loaded {
+			uc.n.Add(1)
+		}
+	}
+	return nil
+}
+
+// checkURL reports why raw is not an http or https URL with a host.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the url.Error would repeat the query string
+		}
+		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%w: missing host", ErrInvalidURL)
+	}
+	return nil
 }
 
 // NewClient returns a Client whose dialer checks every destination address
@@ -224,6 +276,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		MaxIdleConns:        0, // no global cap: the per-host cap and the idle timeout bound it
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:     idleConnTimeout,
+		// Response bodies are a few bytes of diagnostics or batch
+		// results: asking for gzip would cost a header on every request
+		// and a decompressor on every gzipped answer.
+		DisableCompression: true,
 	}
 	tp, prop := cfg.TracerProvider, cfg.Propagator
 	if tp == nil {
@@ -238,7 +294,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	// attempt, a refused request included; credentials and the signature
 	// come after the caller's headers, which they must not follow, and the
 	// trace context last, so the endpoint continues the attempt's span.
-	c.attempt = chain(c.transport, c.traced, c.prepared, c.authenticated, signed, c.propagated)
+	wrappers := []func(handler) handler{c.traced, c.prepared, c.authenticated, signed, c.propagated}
+	if cfg.TracerProvider == nil {
+		// No spans: a span that records nothing would only carry the
+		// caller's trace context, which the attempt's context carries
+		// already, at the cost of a context per attempt.
+		wrappers = wrappers[1:]
+	}
+	c.attempt = chain(c.transport, wrappers...)
 	c.limited = limit(cfg.Limiters, c.sendOnce)
 	return c, nil
 }
@@ -260,6 +323,11 @@ type call struct {
 	// http, if set, sends the request instead of the client's own: a
 	// pool presenting the subscription's client certificate.
 	http *http.Client
+	// attempt is what a points to, and owned the values of the headers
+	// the client owns: allocated with the call rather than each on its
+	// own, since every attempt makes a call.
+	attempt Attempt
+	owned   [4]string
 }
 
 // handler handles one call.
@@ -348,10 +416,12 @@ type Attempt struct {
 // returning. Send never retries and never waits for a [Limiter]; see
 // [Client.Deliver].
 func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
-	a := Attempt{Number: attempt, Started: c.clock.Now()}
-	c.attempt(ctx, &call{r: r, a: &a, header: make(http.Header, len(r.Header)+6)})
-	a.Duration = c.clock.Now().Sub(a.Started)
-	return a
+	cl := &call{r: r, header: make(http.Header, len(r.Header)+6)}
+	cl.attempt = Attempt{Number: attempt, Started: c.clock.Now()}
+	cl.a = &cl.attempt
+	c.attempt(ctx, cl)
+	cl.a.Duration = c.clock.Now().Sub(cl.a.Started)
+	return cl.attempt
 }
 
 // timeout is the attempt timeout of r: its own, else the client's.
@@ -366,7 +436,7 @@ func (c *Client) timeout(r *Request) time.Duration {
 // the caller's headers and those the client owns.
 func (c *Client) prepared(next handler) handler {
 	return func(ctx context.Context, cl *call) {
-		if err := checkRequest(cl.r); err != nil {
+		if err := c.checkRequest(cl.r); err != nil {
 			cl.a.Err = err
 			return
 		}
@@ -386,7 +456,7 @@ func (c *Client) prepared(next handler) handler {
 		if ct == "" {
 			ct = octetStream
 		}
-		owned := headerSet{h: cl.header, vals: make([]string, 0, 4)}
+		owned := headerSet{h: cl.header, vals: cl.owned[:0]}
 		owned.set("Content-Type", ct)
 		owned.set("User-Agent", c.cfg.UserAgent)
 		owned.set(canonicalAttempt, strconv.Itoa(cl.a.Number))
@@ -399,20 +469,9 @@ func (c *Client) prepared(next handler) handler {
 
 // checkRequest reports what makes r unsendable at every attempt: its URL,
 // its redirect allowance, its headers.
-func checkRequest(r *Request) error {
-	u, err := url.Parse(r.URL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the url.Error would repeat the query string
-		}
-		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
-	}
-	if u.Host == "" {
-		return fmt.Errorf("%w: missing host", ErrInvalidURL)
+func (c *Client) checkRequest(r *Request) error {
+	if err := c.goodURLs.check(r.URL); err != nil {
+		return err
 	}
 	if r.FollowRedirects < 0 {
 		return fmt.Errorf("%w: follow redirects must not be negative", ErrInvalidRequest)

@@ -216,16 +216,27 @@ func (l *Limiter) Waiting() int {
 // status the endpoint answered (0 when no response arrived, which leaves
 // the limit alone); later calls do nothing.
 func (l *Limiter) Acquire(ctx context.Context) (release func(status int), err error) {
+	epoch, err := l.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.releaser(epoch), nil
+}
+
+// acquire is Acquire returning the epoch the slot was taken in, which the
+// caller hands to release exactly once: the client's own attempts release
+// their slot without a function made for each.
+func (l *Limiter) acquire(ctx context.Context) (epoch uint64, err error) {
 	l.mu.Lock()
 	if l.waiters.Len() == 0 && l.hasRoom() {
 		l.take()
 		epoch := l.epoch
 		l.mu.Unlock()
-		return l.releaser(epoch), nil
+		return epoch, nil
 	}
 	if ctx.Err() != nil {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("webhooks: wait for a slot at %s: %w", l.origin, context.Cause(ctx))
+		return 0, fmt.Errorf("webhooks: wait for a slot at %s: %w", l.origin, context.Cause(ctx))
 	}
 	w := &waiter{ready: make(chan struct{})}
 	elem := l.waiters.PushBack(w)
@@ -233,7 +244,7 @@ func (l *Limiter) Acquire(ctx context.Context) (release func(status int), err er
 
 	select {
 	case <-w.ready:
-		return l.releaser(w.epoch), nil
+		return w.epoch, nil
 	case <-ctx.Done():
 		l.mu.Lock()
 		if w.granted {
@@ -244,7 +255,7 @@ func (l *Limiter) Acquire(ctx context.Context) (release func(status int), err er
 			l.waiters.Remove(elem)
 		}
 		l.mu.Unlock()
-		return nil, fmt.Errorf("webhooks: wait for a slot at %s: %w", l.origin, context.Cause(ctx))
+		return 0, fmt.Errorf("webhooks: wait for a slot at %s: %w", l.origin, context.Cause(ctx))
 	}
 }
 
@@ -333,7 +344,7 @@ func limit(ls *Limiters, send sendFunc) sendFunc {
 			// An unusable URL: Send reports it as a final attempt.
 			return send(ctx, r, n)
 		}
-		release, err := lim.Acquire(ctx)
+		epoch, err := lim.acquire(ctx)
 		if err != nil {
 			return Attempt{}, err
 		}
@@ -344,7 +355,7 @@ func limit(ls *Limiters, send sendFunc) sendFunc {
 			// load: only first attempts may lower the limit.
 			status = 0
 		}
-		release(status)
+		lim.release(epoch, status)
 		return a, err
 	}
 }

@@ -55,3 +55,22 @@ func TestIdleConnectionsHaveATimeout(t *testing.T) {
 		t.Errorf("idle connection timeout %v, want a bound between 0 and 5m", got)
 	}
 }
+
+// Responses are read only for diagnostics and batch results, a few bytes
+// each: asking endpoints to compress them would cost a header on every
+// request and a gzip reader on every compressed answer, for nothing.
+func TestSendDoesNotAskForCompressedResponses(t *testing.T) {
+	ep := newEndpoint(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})
+	c := newClient(t, webhooks.ClientConfig{})
+
+	a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL, Body: []byte("{}")}, 1)
+
+	if a.Status != http.StatusOK || string(a.Body) != `{"ok":true}` {
+		t.Fatalf("Send = {Status %d, Body %q, Err %v}, want 200 and the body as sent", a.Status, a.Body, a.Err)
+	}
+	if got := ep.requests()[0].Header.Values("Accept-Encoding"); len(got) != 0 {
+		t.Errorf("request asked for Accept-Encoding %q, want no Accept-Encoding", got)
+	}
+}

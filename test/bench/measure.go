@@ -70,8 +70,10 @@ type runResult struct {
 	TrackingSamples   []trackSample `json:"tracking_samples,omitempty"`
 	// Window: the largest partition window (fetch position minus
 	// watermark) and the most partitions paused at once, keyhook only.
-	MaxWindow       int64            `json:"max_window"`
-	PausedMax       int64            `json:"paused_max"`
+	MaxWindow int64 `json:"max_window"`
+	PausedMax int64 `json:"paused_max"`
+	// ParkedMax is the most records keyhook held parked at once.
+	ParkedMax       int64            `json:"parked_max"`
 	PartitionWindow map[string]int64 `json:"partition_window,omitempty"`
 	// OthersCPU is the share of the machine's CPU that processes outside
 	// the bench used during the run: other work on a shared machine.
@@ -119,6 +121,7 @@ func (r *runResult) measure(run *sinkRun, d *dataset, sc scenario, rep childRepo
 		r.AttemptErrors = max(r.AttemptErrors, s.AttemptErrors)
 		r.MaxWindow = max(r.MaxWindow, s.MaxDistance)
 		r.PausedMax = max(r.PausedMax, s.Paused)
+		r.ParkedMax = max(r.ParkedMax, s.Parked)
 		r.PeakPending = max(r.PeakPending, s.Pending)
 		if s.Held > r.PeakHeld {
 			r.PeakHeld = s.Held

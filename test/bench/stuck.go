@@ -99,8 +99,8 @@ type stuckRun struct {
 	MeanRate   float64 `json:"mean_others_records_per_s"`
 	MinRatio   float64 `json:"min_ratio"`
 	MinRatioAt float64 `json:"min_ratio_at_s"`
-	// RSS of the node over the run (MiB), and the last production
-	// window's over the warm-up's (rssGrowth).
+	// RSS of the node over the run (MiB), and the last window's while
+	// the key was stuck over the warm-up's (rssGrowth).
 	RSSMinMB  float64 `json:"rss_min_mib"`
 	RSSMaxMB  float64 `json:"rss_max_mib"`
 	RSSGrowth float64 `json:"rss_growth"`
@@ -421,7 +421,7 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 		}
 		r.RSSMaxMB = max(r.RSSMaxMB, v)
 	}
-	r.RSSGrowth = rssGrowth(r.Windows)
+	r.RSSGrowth = rssGrowth(r.Windows, r.Recovery)
 	var producing []float64
 	for _, w := range r.Windows {
 		if w.Producing {
@@ -442,12 +442,19 @@ func (r *stuckRun) measure(run *sinkRun, d *dataset, ns []sample, ts []trackSamp
 // judged against the largest RSS in it.
 const rssWarmup = time.Minute
 
-// rssGrowth is the RSS of the last production window over the largest
-// of the warm-up (the first minute of production, or its first third
-// when shorter); notMeasured without readings.
-func rssGrowth(ws []stuckWindow) float64 {
+// rssGrowth is the RSS of the last production window while the key was
+// stuck (ending by recovery, s after production began, when not 0) over
+// the largest of the warm-up (the first minute of production, or its
+// first third when shorter); notMeasured without readings. What the node
+// holds while it reads a recovered key's records back is a transient of
+// the recovery, not growth with the stuck key's backlog: the run's
+// maximum RSS reports it.
+func rssGrowth(ws []stuckWindow, recovery float64) float64 {
 	var prod []stuckWindow
 	for _, w := range ws {
+		if recovery > 0 && w.Start+stuckWidth.Seconds() > recovery {
+			continue
+		}
 		if w.Producing && w.RSSMB >= 0 {
 			prod = append(prod, w)
 		}

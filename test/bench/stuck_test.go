@@ -98,8 +98,9 @@ func TestRatioIsToTheBaselineScaledByTheOtherKeysShare(t *testing.T) {
 }
 
 // TestRSSGrowthIsTheLastProductionWindowOverTheWarmUp: RSS is flat when
-// the last production window holds what the first minute (or third of
-// production) reached; the drain after production does not count.
+// the last production window while the key is stuck holds what the
+// first minute (or third of production) reached; the drain after
+// production and the read-back after recovery do not count.
 func TestRSSGrowthIsTheLastProductionWindowOverTheWarmUp(t *testing.T) {
 	ws := func(rss ...float64) []stuckWindow {
 		var out []stuckWindow
@@ -109,19 +110,25 @@ func TestRSSGrowthIsTheLastProductionWindowOverTheWarmUp(t *testing.T) {
 		return out
 	}
 	tests := []struct {
-		name string
-		ws   []stuckWindow
-		want float64
+		name     string
+		ws       []stuckWindow
+		recovery float64
+		want     float64
 	}{
-		{"flat after a warm-up", ws(50, 80, 100, 100, 100, 100, 100, 100, 100, 100), 1},
-		{"growing past the warm-up", ws(50, 60, 70, 80, 90, 100, 110, 120, 130, 140), 2},
-		{"short production: its first third", ws(50, 100, 100, 100, 100, 110), 1.1},
-		{"the drain is left out (negative: not producing)", ws(100, 100, 100, -500), 1},
-		{"no reading", nil, notMeasured},
+		{"flat after a warm-up", ws(50, 80, 100, 100, 100, 100, 100, 100, 100, 100), 0, 1},
+		{"growing past the warm-up", ws(50, 60, 70, 80, 90, 100, 110, 120, 130, 140), 0, 2},
+		{"short production: its first third", ws(50, 100, 100, 100, 100, 110), 0, 1.1},
+		{"the drain is left out (negative: not producing)", ws(100, 100, 100, -500), 0, 1},
+		{"the read-back after recovery is left out", ws(100, 100, 100, 100, 100, 100, 100, 130, 130), 70, 1},
+		{"growing while stuck counts before recovery", ws(50, 60, 70, 80, 90, 100, 140, 100, 100), 70, 140.0 / 60},
+		{"no reading", nil, 0, notMeasured},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := rssGrowth(tt.ws); got < tt.want-1e-9 || got > tt.want+1e-9 {
+			for i := range tt.ws {
+				tt.ws[i].Start = float64(i) * stuckWidth.Seconds()
+			}
+			if got := rssGrowth(tt.ws, tt.recovery); got < tt.want-1e-9 || got > tt.want+1e-9 {
 				t.Errorf("growth %v, want %v", got, tt.want)
 			}
 		})

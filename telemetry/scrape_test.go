@@ -296,7 +296,7 @@ func exported(f map[string]*dto, name string) bool { return f[name] != nil }
 // isLabel tells label names (keyhook_subscription...) from metric names.
 func isLabel(s string) bool {
 	switch s {
-	case "keyhook_subscription", "keyhook_outcome", "keyhook_operation", "keyhook_rebalance":
+	case "keyhook_subscription", "keyhook_outcome", "keyhook_operation", "keyhook_rebalance", "keyhook_reason":
 		return true
 	}
 	return false

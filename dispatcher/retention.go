@@ -120,11 +120,14 @@ func (w *worker) guardRetention(now time.Time) {
 		return
 	}
 	cutoff := now.Add(-(ret - retentionMargin(ret)))
-	if oldest := w.m.OldestTime(); !oldest.IsZero() {
-		w.pub.guardAt.Store(oldest.Add(ret - retentionMargin(ret)).UnixNano())
-	} else {
-		w.pub.guardAt.Store(0)
+	// With nothing pending, the headroom is a record's read now, so the
+	// gauge is there for every partition of a topic with time-based
+	// retention.
+	oldest := w.m.OldestTime()
+	if oldest.IsZero() {
+		oldest = now
 	}
+	w.pub.guardAt.Store(oldest.Add(ret - retentionMargin(ret)).UnixNano())
 	if n := w.m.Expire(cutoff, 10000); n > 0 {
 		w.g.tel.expiring.Add(ctx, int64(n), metric.WithAttributeSet(w.attrs))
 		action := "dead-lettered"

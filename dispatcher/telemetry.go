@@ -221,7 +221,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	partitionGauge("keyhook.records.parked", "Pending records of the partition held by offset only, their values dropped until their key has room: keys stuck or slower than their arrivals. Fetching goes on for the other keys.", "{record}",
 		func(w *worker) (int64, bool) { return w.pub.parked.Load(), true })
-	_, e = m.Float64ObservableGauge("keyhook.retention.headroom", metric.WithDescription("How long until the retention guard lets the partition's oldest pending record out of its key's turn (dead-lettered, or delivered when dead-lettering is off): a quarter of the topic's retention.ms (at most 6 h) before the record may be deleted. Absent for topics without time-based retention or with nothing pending."), metric.WithUnit("s"),
+	_, e = m.Float64ObservableGauge("keyhook.retention.headroom", metric.WithDescription("How long until the retention guard lets the partition's oldest pending record (with none, one read now) out of its key's turn (dead-lettered, or delivered when dead-lettering is off): a quarter of the topic's retention.ms (at most 6 h) before the record may be deleted. Absent for topics without time-based retention."), metric.WithUnit("s"),
 		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
 			now := time.Now().UnixNano()
 			for _, g := range n.groups() {

@@ -100,8 +100,8 @@ else
 	step_done
 	# The race detector allocates on its own, so the allocation budgets
 	# skip under it and run here.
-	step "go test -count=1 -run Allocations ./dispatcher/ (allocation budgets, without -race)"
-	go test -count=1 -run 'Allocations' ./dispatcher/ || rc=$?
+	step "go test -count=1 -run 'Allocations|ReusesTheKeyedHMAC' ./dispatcher/ ./webhooks/ (allocation budgets, without -race)"
+	go test -count=1 -run 'Allocations|ReusesTheKeyedHMAC' ./dispatcher/ ./webhooks/ || rc=$?
 	step_done
 	step "go test -race -count=1 -timeout 45m -v ./test/faults/ $* (the fault suite, alone)"
 	faults_log=$(mktemp "${TMPDIR:-/tmp}/keyhook-faults.XXXXXX.log")

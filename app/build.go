@@ -164,8 +164,8 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		}
 		a.sender, err = webhooks.NewClient(webhooks.ClientConfig{
 			Policy: policy, Timeout: cfg.RequestTimeout, Limiters: limiters,
-			MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
-			TracerProvider:      a.tel.Tracer, Propagator: a.tel.Propagator,
+			MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost, NetHTTPOnly: cfg.EndpointNetHTTP,
+			TracerProvider: a.tel.Tracer, Propagator: a.tel.Propagator,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("app: webhooks client: %w", err)

@@ -90,6 +90,9 @@ type Config struct {
 	// MaxIdleConnsPerHost is how many idle connections the delivery client
 	// keeps per endpoint host. Default the webhooks client's: every connection in use is kept.
 	MaxIdleConnsPerHost int
+	// EndpointNetHTTP sends attempts to plain http endpoints through
+	// net/http too (webhooks.ClientConfig.NetHTTPOnly).
+	EndpointNetHTTP bool
 
 	// FlushInterval is how often a partition writes its acks to Redis.
 	// Default 20ms (the dispatcher's).

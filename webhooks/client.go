@@ -21,6 +21,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/keyhook/keyhook/webhooks/http1"
 )
 
 // Defaults of ClientConfig, applied to fields left at their zero value.
@@ -122,6 +124,11 @@ type ClientConfig struct {
 	// credentials from [Auth] are dropped when the origin changes. Any
 	// other redirect ends the attempt with [ErrRedirectRefused].
 	FollowRedirects int
+	// NetHTTPOnly sends every attempt through net/http. By default
+	// attempts to plain http endpoints go through the http1 client, which
+	// costs about half the CPU; https, redirects, client certificates and
+	// AWS signatures always use net/http.
+	NetHTTPOnly bool
 	// Limiters, if not nil, bounds the concurrent attempts of
 	// [Client.Deliver] per endpoint origin and adapts the bound to the
 	// endpoint's throttling. Share one across every client of a node.
@@ -132,9 +139,12 @@ type ClientConfig struct {
 // Client sends webhook requests. It is safe for concurrent use; create one
 // and share it, so connections are pooled across deliveries.
 type Client struct {
-	cfg    ClientConfig
-	http   *http.Client
-	tr     *http.Transport
+	cfg  ClientConfig
+	http *http.Client
+	tr   *http.Transport
+	// h1 sends to plain http endpoints on the caller's goroutine (see
+	// package http1); nil when ClientConfig.NetHTTPOnly.
+	h1     *http1.Client
 	clock  Clock
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
@@ -160,43 +170,73 @@ const maxGoodURLs = 4096
 // attempt checks its URL, and a delivery's attempts, like a
 // subscription's records, have the same one.
 type urlChecks struct {
-	good sync.Map // URL → struct{}
+	good sync.Map // URL → *endpointURL
 	n    atomic.Int64
 }
 
-// check reports why raw is not a usable endpoint URL, nil when it is.
-func (uc *urlChecks) check(raw string) error {
-	if _, ok := uc.good.Load(raw); ok {
-		return nil
+// endpointURL is what an attempt needs of its URL, parsed once.
+type endpointURL struct {
+	// plain reports an http URL the http1 client can send to: no
+	// credentials in it and a host in ASCII (net/http would turn a
+	// Unicode one into punycode).
+	plain bool
+	// addr is the "host:port" dialled, host the Host header and target
+	// the request target.
+	addr, host, target string
+}
+
+// check parses raw, or says why it is not a usable endpoint URL.
+func (uc *urlChecks) check(raw string) (*endpointURL, error) {
+	if v, ok := uc.good.Load(raw); ok {
+		return v.(*endpointURL), nil
 	}
-	if err := checkURL(raw); err != nil {
-		return err
+	u, err := checkURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	eu := &endpointURL{plain: u.Scheme == "http" && u.User == nil && isASCII(u.Host)}
+	if eu.plain {
+		port := u.Port()
+		if port == "" {
+			port = "80"
+		}
+		eu.addr, eu.host, eu.target = net.JoinHostPort(u.Hostname(), port), u.Host, u.RequestURI()
 	}
 	if uc.n.Load() < maxGoodURLs {
-		if _, loaded := uc.good.LoadOrStore(raw, struct{}{}); !loaded {
+		if _, loaded := uc.good.LoadOrStore(raw, eu); !loaded {
 			uc.n.Add(1)
 		}
 	}
-	return nil
+	return eu, nil
 }
 
-// checkURL reports why raw is not an http or https URL with a host.
-func checkURL(raw string) error {
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// checkURL parses raw, or says why it is not an http or https URL with a
+// host.
+func checkURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // the url.Error would repeat the query string
 		}
-		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("%w: scheme must be http or https, not %q", ErrInvalidURL, u.Scheme)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%w: missing host", ErrInvalidURL)
+		return nil, fmt.Errorf("%w: missing host", ErrInvalidURL)
 	}
-	return nil
+	return u, nil
 }
 
 // NewClient returns a Client whose dialer checks every destination address
@@ -252,20 +292,21 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil
 		},
 	}
-	tr := &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			conn, err := dialer.DialContext(ctx, network, addr)
-			var fa *ErrForbiddenAddress
-			if err != nil && errors.As(err, &fa) && fa.Host == "" {
-				// Control sees only the resolved address; name the host
-				// too so the error says which endpoint resolved where.
-				if host, _, splitErr := net.SplitHostPort(addr); splitErr == nil {
-					fa.Host = host
-				}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, network, addr)
+		var fa *ErrForbiddenAddress
+		if err != nil && errors.As(err, &fa) && fa.Host == "" {
+			// Control sees only the resolved address; name the host
+			// too so the error says which endpoint resolved where.
+			if host, _, splitErr := net.SplitHostPort(addr); splitErr == nil {
+				fa.Host = host
 			}
-			return conn, err
-		},
+		}
+		return conn, err
+	}
+	tr := &http.Transport{
+		Proxy:       nil,
+		DialContext: dial,
 		// A custom DialContext and TLS config turn automatic HTTP/2 off;
 		// ask for it explicitly.
 		ForceAttemptHTTP2:   true,
@@ -289,6 +330,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		prop = propagation.TraceContext{}
 	}
 	c := &Client{cfg: cfg, tr: tr, clock: clock, tracer: tp.Tracer(instrumentation), prop: prop, creds: newCredentialCache(tr)}
+	if !cfg.NetHTTPOnly {
+		h1, err := http1.New(http1.Config{Dial: dial, DialTimeout: dialTimeout, MaxIdlePerAddr: cfg.MaxIdleConnsPerHost,
+			IdleTimeout: idleConnTimeout, DrainBytes: drainBytes})
+		if err != nil {
+			return nil, fmt.Errorf("webhooks: %w", err)
+		}
+		c.h1 = h1
+	}
 	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	// One wrapper per concern, outermost first. The span covers the whole
 	// attempt, a refused request included; credentials and the signature
@@ -323,11 +372,15 @@ type call struct {
 	// http, if set, sends the request instead of the client's own: a
 	// pool presenting the subscription's client certificate.
 	http *http.Client
-	// attempt is what a points to, and owned the values of the headers
-	// the client owns: allocated with the call rather than each on its
-	// own, since every attempt makes a call.
+	// url is the request's URL, parsed.
+	url *endpointURL
+	// attempt is what a points to, owned the values of the headers the
+	// client owns and h1 the request of the http1 client: allocated with
+	// the call rather than each on its own, since every attempt makes a
+	// call.
 	attempt Attempt
 	owned   [4]string
+	h1      http1.Request
 }
 
 // handler handles one call.
@@ -345,6 +398,9 @@ func chain(core handler, wrappers ...func(handler) handler) handler {
 // Call it when the client is no longer needed.
 func (c *Client) CloseIdleConnections() {
 	c.tr.CloseIdleConnections()
+	if c.h1 != nil {
+		c.h1.CloseIdle()
+	}
 	c.creds.closeIdleConnections()
 }
 
@@ -436,10 +492,12 @@ func (c *Client) timeout(r *Request) time.Duration {
 // the caller's headers and those the client owns.
 func (c *Client) prepared(next handler) handler {
 	return func(ctx context.Context, cl *call) {
-		if err := c.checkRequest(cl.r); err != nil {
+		eu, err := c.checkRequest(cl.r)
+		if err != nil {
 			cl.a.Err = err
 			return
 		}
+		cl.url = eu
 		r := cl.r
 		for k, vs := range r.Header {
 			if ownedHeaders[http.CanonicalHeaderKey(k)] {
@@ -469,20 +527,25 @@ func (c *Client) prepared(next handler) handler {
 
 // checkRequest reports what makes r unsendable at every attempt: its URL,
 // its redirect allowance, its headers.
-func (c *Client) checkRequest(r *Request) error {
-	if err := c.goodURLs.check(r.URL); err != nil {
-		return err
+func (c *Client) checkRequest(r *Request) (*endpointURL, error) {
+	eu, err := c.goodURLs.check(r.URL)
+	if err != nil {
+		return nil, err
 	}
 	if r.FollowRedirects < 0 {
-		return fmt.Errorf("%w: follow redirects must not be negative", ErrInvalidRequest)
+		return nil, fmt.Errorf("%w: follow redirects must not be negative", ErrInvalidRequest)
 	}
-	return checkHeaders(r)
+	return eu, checkHeaders(r)
 }
 
 // transport sends the call's request, bounded by the attempt timeout, and
 // reads the response into the attempt.
 func (c *Client) transport(ctx context.Context, cl *call) {
 	r, a := cl.r, cl.a
+	if c.viaHTTP1(cl) {
+		c.transportHTTP1(ctx, cl)
+		return
+	}
 	actx, cancel := context.WithTimeout(ctx, c.timeout(r))
 	defer cancel()
 	req, err := http.NewRequestWithContext(c.withRedirectRules(actx, r, cl.credentials), http.MethodPost, r.URL, bytes.NewReader(r.Body))
@@ -530,6 +593,51 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 		a.Body, a.BodyTruncated = a.Body[:c.cfg.MaxResponseBytes], true
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+}
+
+// viaHTTP1 reports whether cl goes through the http1 client: a plain
+// http URL, with nothing that needs net/http (redirects to follow, a
+// client certificate's pool, a signature over the *http.Request).
+func (c *Client) viaHTTP1(cl *call) bool {
+	return c.h1 != nil && cl.url != nil && cl.url.plain && cl.http == nil && cl.finish == nil && c.redirects(cl.r) == 0
+}
+
+// transportHTTP1 is transport through the http1 client, with the same
+// outcomes and errors.
+func (c *Client) transportHTTP1(ctx context.Context, cl *call) {
+	r, a, eu := cl.r, cl.a, cl.url
+	timeout := c.timeout(r)
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	cl.h1 = http1.Request{Addr: eu.addr, Host: eu.host, Target: eu.target, Header: cl.header, Body: r.Body, MaxBody: c.cfg.MaxResponseBytes}
+	resp, err := c.h1.Post(ctx, deadline, &cl.h1)
+	if err != nil {
+		switch {
+		case errors.Is(err, http1.ErrInvalidHeader):
+			a.Err = fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		case ctx.Err() != nil:
+			a.Err = &url.Error{Op: "Post", URL: redactURL(r.URL), Err: ctx.Err()}
+		case http1IsTimeout(err):
+			a.Err = fmt.Errorf("webhooks: attempt timed out after %s: %w", timeout,
+				&url.Error{Op: "Post", URL: redactURL(r.URL), Err: context.DeadlineExceeded})
+		default:
+			a.Err = withoutResolver(&url.Error{Op: "Post", URL: redactURL(r.URL), Err: err})
+		}
+		return
+	}
+	a.Status = resp.Status
+	if v := resp.Header["Retry-After"]; len(v) > 0 {
+		a.RetryAfter = ParseRetryAfter(v[0], c.clock.Now())
+	}
+	a.Body, a.BodyTruncated = resp.Body, resp.Truncated
+}
+
+// http1IsTimeout reports an attempt the deadline ended.
+func http1IsTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // checkHeaders refuses what the transport would refuse at every attempt:

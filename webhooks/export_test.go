@@ -21,3 +21,13 @@ func ExemptForTest(p AddressPolicy, ip netip.Addr) AddressPolicy {
 
 // IdleConnTimeoutForTest is how long c keeps an idle connection.
 func IdleConnTimeoutForTest(c *Client) time.Duration { return c.tr.IdleConnTimeout }
+
+// ViaHTTP1ForTest reports whether an attempt of r, without credentials,
+// goes through c's http1 client.
+func ViaHTTP1ForTest(c *Client, r *Request) bool {
+	eu, err := c.checkRequest(r)
+	if err != nil {
+		return false
+	}
+	return c.viaHTTP1(&call{r: r, url: eu})
+}

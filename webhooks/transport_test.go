@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,5 +73,49 @@ func TestSendDoesNotAskForCompressedResponses(t *testing.T) {
 	}
 	if got := ep.requests()[0].Header.Values("Accept-Encoding"); len(got) != 0 {
 		t.Errorf("request asked for Accept-Encoding %q, want no Accept-Encoding", got)
+	}
+}
+
+// Plain http endpoints get the http1 client; anything net/http does that
+// it does not (TLS and HTTP/2, redirects, credentials in the URL), and an
+// operator's choice of net/http, keeps net/http.
+func TestPlainHTTPAttemptsGoThroughTheHTTP1Client(t *testing.T) {
+	def := newClient(t, webhooks.ClientConfig{})
+	netOnly := newClient(t, webhooks.ClientConfig{NetHTTPOnly: true})
+	redirecting := newClient(t, webhooks.ClientConfig{FollowRedirects: 2})
+	for _, tc := range []struct {
+		name string
+		c    *webhooks.Client
+		r    webhooks.Request
+		want bool
+	}{
+		{"http", def, webhooks.Request{URL: "http://hooks.example/in?x=1"}, true},
+		{"http with a port", def, webhooks.Request{URL: "http://10.0.0.1:8080/"}, true},
+		{"https", def, webhooks.Request{URL: "https://hooks.example/in"}, false},
+		{"credentials in the URL", def, webhooks.Request{URL: "http://u:p@hooks.example/"}, false},
+		{"unicode host", def, webhooks.Request{URL: "http://bücher.example/"}, false},
+		{"redirects followed by the request", def, webhooks.Request{URL: "http://hooks.example/", FollowRedirects: 1}, false},
+		{"redirects followed by the client", redirecting, webhooks.Request{URL: "http://hooks.example/"}, false},
+		{"net/http chosen", netOnly, webhooks.Request{URL: "http://hooks.example/"}, false},
+	} {
+		if got := webhooks.ViaHTTP1ForTest(tc.c, &tc.r); got != tc.want {
+			t.Errorf("%s: via http1 %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Both transports give the same outcome for the same answers.
+func TestBothTransportsReadAnswersAlike(t *testing.T) {
+	ep := newEndpoint(t, func(w http.ResponseWriter, _ *http.Request, n int) {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(strings.Repeat("e", 100)))
+	})
+	for _, netOnly := range []bool{false, true} {
+		c := newClient(t, webhooks.ClientConfig{NetHTTPOnly: netOnly, MaxResponseBytes: 10})
+		a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL, Body: []byte("{}")}, 1)
+		if a.Err != nil || a.Status != http.StatusServiceUnavailable || a.RetryAfter != 7*time.Second || string(a.Body) != "eeeeeeeeee" || !a.BodyTruncated {
+			t.Errorf("net/http only %v: Send = {Status %d, RetryAfter %v, Body %q, truncated %v, Err %v}", netOnly, a.Status, a.RetryAfter, a.Body, a.BodyTruncated, a.Err)
+		}
 	}
 }

@@ -49,6 +49,9 @@ type config struct {
 	// origin from this node, over every subscription; 0 is no cap. An
 	// endpoint that throttles (429, 503) gets fewer either way.
 	EndpointConcurrency int
+	// EndpointNetHTTP sends every attempt through net/http, plain http
+	// endpoints included.
+	EndpointNetHTTP bool
 	// TracesExporter is none, otlp or console; empty defers to
 	// OTEL_TRACES_EXPORTER.
 	TracesExporter string
@@ -88,6 +91,7 @@ func (c config) app(log *slog.Logger) app.Config {
 		AllowPrivateEndpoints: c.AllowPrivateEndpoints,
 		RequestTimeout:        c.RequestTimeout,
 		EndpointConcurrency:   c.EndpointConcurrency,
+		EndpointNetHTTP:       c.EndpointNetHTTP,
 		FlushInterval:         c.FlushInterval,
 		CommitInterval:        c.CommitInterval,
 		DrainTimeout:          c.DrainTimeout,
@@ -199,6 +203,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.Int64Var(&c.MaxBufferedBytes, "max-buffered-bytes", 128<<20, "bytes of fetched records the node holds until acked, over every partition; fetching pauses at the bound (size it at about a quarter of the memory limit)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "timeout of one delivery attempt")
 	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
+	fs.BoolVar(&c.EndpointNetHTTP, "endpoint-net-http", false, "send to plain http endpoints with Go's net/http client too, as to https ones, instead of keyhook's HTTP/1.1 client (about twice the CPU per request)")
 	fs.IntVar(&c.EndpointConcurrency, "endpoint-concurrency", 0, "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)")
 	fs.StringVar(&c.TracesExporter, "traces-exporter", "", "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none")
 	fs.StringVar(&c.MetricsToken, "metrics-token", "", "an API token to make exist, with only the metrics scope, at start: the scraper's (prefer KEYHOOK_METRICS_TOKEN)")

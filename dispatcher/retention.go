@@ -33,8 +33,20 @@ var errRetention = errors.New("the record was about to be deleted by the topic's
 // retentionRefresh is how often the topics' retention is read again.
 const retentionRefresh = time.Minute
 
-// guardEvery paces a partition's retention checks.
-const guardEvery = time.Second
+// guardEvery paces a partition's retention checks: at most once a
+// second, and no more often than a tenth of the margin asks, at most every
+// maxGuardEvery. Each check reads every pending record's time; a record
+// read just after one is checked by the next, well inside its margin.
+const (
+	guardEvery    = time.Second
+	maxGuardEvery = 30 * time.Second
+)
+
+// guardInterval is how long a check of a topic with retention waits for
+// the next.
+func guardInterval(retention time.Duration) time.Duration {
+	return min(max(retentionMargin(retention)/10, guardEvery), maxGuardEvery)
+}
 
 // retentionMargin is how long before a record's deletion the guard acts:
 // a quarter of the retention, at most six hours (well before, yet not so
@@ -102,10 +114,10 @@ func (g *group) retentionOf(topic string) (time.Duration, bool) {
 // guardEvery: records about to be deleted go out of their key's turn,
 // parked records the log start passed are counted lost.
 func (w *worker) guardRetention(now time.Time) {
-	if now.Sub(w.guardRan) < guardEvery || !w.m.Claimed() || w.m.Stopped() {
+	if now.Before(w.guardNext) || !w.m.Claimed() || w.m.Stopped() {
 		return
 	}
-	w.guardRan = now
+	w.guardNext = now.Add(guardEvery)
 	ctx := context.Background()
 	if ls := w.logStart.Load(); ls > 0 {
 		if lost := w.m.ParkedLostBelow(ls); lost > 0 {
@@ -119,6 +131,7 @@ func (w *worker) guardRetention(now time.Time) {
 		w.pub.guardAt.Store(0)
 		return
 	}
+	w.guardNext = now.Add(guardInterval(ret))
 	cutoff := now.Add(-(ret - retentionMargin(ret)))
 	// With nothing pending, the headroom is a record's read now, so the
 	// gauge is there for every partition of a topic with time-based

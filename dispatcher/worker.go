@@ -155,8 +155,8 @@ type worker struct {
 	passSeq                 uint64
 	passPos                 int64
 	passStarted, passLogged time.Time
-	// guardRan is when the retention guard last ran.
-	guardRan time.Time
+	// guardNext is when the retention guard runs next.
+	guardNext time.Time
 }
 
 // progress is a record's latest attempt.

@@ -628,8 +628,8 @@ func (c *Client) transportHTTP1(ctx context.Context, cl *call) {
 		return
 	}
 	a.Status = resp.Status
-	if v := resp.Header["Retry-After"]; len(v) > 0 {
-		a.RetryAfter = ParseRetryAfter(v[0], c.clock.Now())
+	if resp.RetryAfter != "" {
+		a.RetryAfter = ParseRetryAfter(resp.RetryAfter, c.clock.Now())
 	}
 	a.Body, a.BodyTruncated = resp.Body, resp.Truncated
 }

@@ -105,8 +105,8 @@ type Request struct {
 type Response struct {
 	// Status is the final status (informational 1xx answers are skipped).
 	Status int
-	// Header holds the response headers.
-	Header http.Header
+	// RetryAfter is the first Retry-After header's value, trimmed.
+	RetryAfter string
 	// Body holds the first MaxBody bytes of the response body; read
 	// errors after the headers are not reported, since the status already
 	// says what the endpoint decided.
@@ -236,11 +236,23 @@ func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, d
 	if err := cn.write(r); err != nil {
 		return Response{}, false, err
 	}
+	if _, err := cn.br.Peek(1); err != nil {
+		return Response{}, false, err
+	}
+	if h, ok := parseFastHead(cn.br); ok {
+		_, _ = cn.br.Discard(h.size) // buffered: cannot fail
+		resp = Response{Status: h.status, RetryAfter: h.retryAfter}
+		keep = !h.close
+		if h.length > 0 {
+			resp.Body, resp.Truncated, keep = readFixed(cn.br, h.length, r.MaxBody, drain, keep)
+		}
+		return resp, keep, nil
+	}
 	hr, err := cn.readHead()
 	if err != nil {
 		return Response{}, false, err
 	}
-	resp = Response{Status: hr.StatusCode, Header: hr.Header}
+	resp = Response{Status: hr.StatusCode, RetryAfter: hr.Header.Get("Retry-After")}
 	keep = !hr.Close
 	if hr.StatusCode == http.StatusSwitchingProtocols {
 		return resp, false, nil // the connection speaks something else now
@@ -268,6 +280,26 @@ func (cn *conn) readHead() (*http.Response, error) {
 		}
 		return hr, nil
 	}
+}
+
+// readFixed keeps up to max bytes of a body of length bytes and drains up
+// to drain more. keep turns false when the body was not read to its end.
+func readFixed(br *bufio.Reader, length, max, drain int64, keep bool) (body []byte, truncated, stillKeep bool) {
+	body = make([]byte, min(length, max))
+	n, err := io.ReadFull(br, body)
+	body = body[:n]
+	if err != nil {
+		return body, false, false
+	}
+	rest := length - int64(n)
+	if rest == 0 {
+		return body, false, keep
+	}
+	if rest > drain {
+		return body, true, false // cheaper to dial again than to read it
+	}
+	_, err = br.Discard(int(rest))
+	return body, true, keep && err == nil
 }
 
 // readBody keeps up to max bytes of hr's body and drains up to drain more.
@@ -367,17 +399,22 @@ func isToken(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
+		if !isTokenByte(s[i]) {
+			return false
 		}
-		switch c {
-		case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-			continue
-		}
-		return false
 	}
 	return true
+}
+
+func isTokenByte(c byte) bool {
+	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
 }
 
 func hasControl(s string) bool {

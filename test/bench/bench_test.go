@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"os"
@@ -135,5 +136,23 @@ func TestDatasetIsDeterministicAndKeepsPerKeyOrder(t *testing.T) {
 	share := float64(a.specialRecords()) / float64(spec.Records)
 	if share < 0.27 || share > 0.33 {
 		t.Errorf("hot key carries %.2f of the records, want about 0.30", share)
+	}
+}
+
+// TestKafkaFlagChoosesTheBroker: -kafka is auto by default and takes only
+// auto, kfake or real.
+func TestKafkaFlagChoosesTheBroker(t *testing.T) {
+	var discard bytes.Buffer
+	def, err := parseFlags(nil, &discard)
+	if err != nil || def.kafka != kafkaAuto {
+		t.Fatalf("default -kafka %q (%v), want auto", def.kafka, err)
+	}
+	for _, v := range []string{kafkaFake, kafkaReal} {
+		if o, err := parseFlags([]string{"-kafka", v}, &discard); err != nil || o.kafka != v {
+			t.Errorf("-kafka %s: %q, %v", v, o.kafka, err)
+		}
+	}
+	if _, err := parseFlags([]string{"-kafka", "zookeeper"}, &discard); err == nil || !strings.Contains(discard.String(), "-kafka") {
+		t.Errorf("-kafka zookeeper: %v, %q; want an error naming the flag", err, discard.String())
 	}
 }

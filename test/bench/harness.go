@@ -40,7 +40,7 @@ func newHarness(ctx context.Context, opts options, logw, progress io.Writer) (*h
 	if h.redis, err = startRedis(); err != nil {
 		return nil, err
 	}
-	if h.kafka, err = startKafka(); err != nil {
+	if h.kafka, err = startKafka(opts.kafka, opts.quick, progress); err != nil {
 		h.close()
 		return nil, err
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -19,10 +22,27 @@ import (
 // integration tier of scripts/test.sh sets it.
 const kafkaBrokersEnv = "KEYHOOK_TEST_KAFKA_BROKERS"
 
+// The -kafka choices.
+const (
+	// kafkaAuto: the broker of KEYHOOK_TEST_KAFKA_BROKERS when set, else a
+	// real broker the bench starts when java and mvn are on PATH (not for
+	// -quick), else kfake.
+	kafkaAuto = "auto"
+	// kafkaFake: kfake, whatever the machine has (the environment's broker
+	// still wins).
+	kafkaFake = "kfake"
+	// kafkaReal: a real broker, the environment's or one the bench starts;
+	// an error without java and mvn.
+	kafkaReal = "real"
+)
+
 // kafkaEnv is the Kafka every contender reads from.
 type kafkaEnv struct {
 	brokers []string
 	cluster *kfake.Cluster // nil on a real broker
+	// private is the broker this run started (scripts/kafka.sh), stopped
+	// at close; nil otherwise.
+	private *privateBroker
 	adm     *kadm.Client
 	admCl   *kgo.Client
 	// topics are created by this run and deleted at close on a real
@@ -30,14 +50,27 @@ type kafkaEnv struct {
 	topics []string
 }
 
-// startKafka starts kfake in this process, or connects to the broker of
-// KEYHOOK_TEST_KAFKA_BROKERS when it is set.
-func startKafka() (*kafkaEnv, error) {
+// startKafka connects to the broker of KEYHOOK_TEST_KAFKA_BROKERS when it
+// is set; otherwise it starts a real broker or kfake, as mode and the
+// machine say (see kafkaAuto). The Parallel Consumer needs a real broker:
+// the Java client refuses kfake.
+func startKafka(mode string, quick bool, progress io.Writer) (*kafkaEnv, error) {
 	k := &kafkaEnv{}
 	for b := range strings.SplitSeq(os.Getenv(kafkaBrokersEnv), ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			k.brokers = append(k.brokers, b)
 		}
+	}
+	if len(k.brokers) == 0 && (mode == kafkaReal || mode == kafkaAuto && !quick && haveJava()) {
+		if !haveJava() {
+			return nil, errors.New("bench: -kafka real needs java and mvn on PATH (scripts/kafka.sh fetches Kafka from Maven Central), or " + kafkaBrokersEnv)
+		}
+		fmt.Fprintln(progress, "starting a real Kafka broker (scripts/kafka.sh; -kafka kfake skips it)")
+		pb, err := startPrivateBroker()
+		if err != nil {
+			return nil, err
+		}
+		k.private, k.brokers = pb, pb.brokers
 	}
 	if len(k.brokers) == 0 {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
@@ -57,8 +90,11 @@ func startKafka() (*kafkaEnv, error) {
 
 // describe names the Kafka for the report.
 func (k *kafkaEnv) describe() string {
-	if k.cluster != nil {
+	switch {
+	case k.cluster != nil:
 		return "kfake (franz-go's in-process Kafka), 1 broker"
+	case k.private != nil:
+		return k.private.version + ", a single KRaft node the bench started (scripts/kafka.sh)"
 	}
 	return "real broker " + strings.Join(k.brokers, ",") + " (" + kafkaBrokersEnv + ")"
 }
@@ -114,6 +150,91 @@ func (k *kafkaEnv) close() {
 	}
 	if k.cluster != nil {
 		k.cluster.Close()
+	}
+	if k.private != nil {
+		k.private.stop()
+	}
+}
+
+// haveJava reports whether scripts/kafka.sh and the Parallel Consumer can
+// run here.
+func haveJava() bool {
+	_, jerr := exec.LookPath("java")
+	_, merr := exec.LookPath("mvn")
+	return jerr == nil && merr == nil
+}
+
+// privateBroker is a single-node Kafka started by scripts/kafka.sh in a
+// directory of its own.
+type privateBroker struct {
+	script, dir string
+	brokers     []string
+	version     string
+}
+
+func startPrivateBroker() (*privateBroker, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "keyhook-bench-kafka-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	pb := &privateBroker{script: filepath.Join(root, "scripts", "kafka.sh"), dir: dir, version: "Apache Kafka"}
+	out, err := pb.run("start")
+	if err != nil {
+		pb.stop()
+		return nil, fmt.Errorf("bench: start a Kafka broker: %w\n%s", err, out)
+	}
+	for line := range strings.SplitSeq(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), kafkaBrokersEnv+"="); ok {
+			pb.brokers = strings.Split(v, ",")
+		}
+		// "kafka: Apache Kafka 4.1.1 (KRaft broker+controller, ...)"
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "kafka: Apache Kafka "); ok {
+			if ver, _, ok := strings.Cut(v, " "); ok {
+				pb.version = "Apache Kafka " + ver
+			}
+		}
+	}
+	if len(pb.brokers) == 0 {
+		pb.stop()
+		return nil, fmt.Errorf("bench: scripts/kafka.sh start named no broker:\n%s", out)
+	}
+	return pb, nil
+}
+
+func (pb *privateBroker) run(cmd string) (string, error) {
+	c := exec.Command("bash", pb.script, cmd)
+	c.Env = append(os.Environ(), "KEYHOOK_KAFKA_DIR="+pb.dir)
+	out, err := c.CombinedOutput()
+	return string(out), err
+}
+
+// stop stops the broker and removes its directory.
+func (pb *privateBroker) stop() {
+	if out, err := pb.run("stop"); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: stop the Kafka broker: %v\n%s", err, out)
+	}
+	_ = os.RemoveAll(pb.dir)
+}
+
+// moduleRoot is the directory of the go.mod above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("bench: no go.mod above the working directory; run from the repository")
+		}
+		dir = parent
 	}
 }
 

@@ -47,6 +47,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	maxWindow := fs.Int64("max-window", 0, "keyhook's per-partition window (0: its default)")
 	idleConns := fs.Int("idle-conns", 0, "the webhooks client's MaxIdleConnsPerHost for keyhook and ceiling A (0: its default, as cmd/keyhook runs it)")
 	flushInterval := fs.Duration("flush-interval", 0, "keyhook's tracking flush interval (0: its default)")
+	kafka := fs.String("kafka", kafkaAuto, "the Kafka: auto (the broker of "+kafkaBrokersEnv+" when set, else a real broker the bench starts with scripts/kafka.sh when java and mvn are on PATH, needed by the Parallel Consumer; kfake for -quick or without Java), kfake or real")
 	profile := fs.Bool("profile", false, "write pprof CPU and allocation profiles of every keyhook run to <out>/profiles")
 	stuck := defaultStuck
 	fs.Float64Var(&stuck.Rate, "stuck-rate", stuck.Rate, "scenario 7: records produced per second")
@@ -69,6 +70,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "bench: -error-rate must be in [0, 1)")
 		return options{}, errors.New("bench: bad -error-rate")
 	}
+	switch *kafka {
+	case kafkaAuto, kafkaFake, kafkaReal:
+	default:
+		fmt.Fprintf(stderr, "bench: -kafka must be auto, kfake or real, not %q\n", *kafka)
+		return options{}, errors.New("bench: bad -kafka")
+	}
 	if err := stuck.validate(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return options{}, err
@@ -76,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{
 		records: *records, out: *out, quick: *quick, latency: *latency,
 		errorRate: *errorRate, maxWindow: *maxWindow, idleConns: *idleConns, flushInterval: *flushInterval, profile: *profile,
-		stuck: stuck,
+		stuck: stuck, kafka: *kafka,
 	}
 	o.scenarios = splitList(*scenarios)
 	o.contenders = splitList(*contenders)

@@ -82,6 +82,8 @@ type options struct {
 	// flushInterval is keyhook's tracking flush interval, 0 its default.
 	flushInterval time.Duration
 	profile       bool
+	// kafka is the -kafka choice (kafkaAuto, kafkaFake, kafkaReal).
+	kafka string
 	// stuck shapes scenario 7.
 	stuck stuckSpec
 }

@@ -443,7 +443,7 @@ var flushRoundCmd = newScript(flushFuncLua + flushRoundLua)
 // flushFuncLua declares flush(key, a, clock), the body of flushCmd over
 // one key: a holds the eleven arguments flushCmd documents, clock answers
 // the server time in ms (servertime, or the round's one reading).
-var flushFuncLua = `
+const flushFuncLua = `
 local function flush(key, a, clock)
 	local e = a[1]
 	local h = redis.call("HMGET", key, F.epoch, F.pieces, F.gen, F.committed, cf(e, F.ranges))

@@ -657,7 +657,7 @@ func (s *Store) runMany(ctx context.Context, calls []scriptCall) []scriptResult 
 // answer the load's error in out.
 func (s *Store) loadFor(ctx context.Context, calls []scriptCall, todo []int, out []scriptResult, reload bool) []int {
 	errs := make(map[*redis.Script]error)
-	ready := todo[:0:0]
+	ready := make([]int, 0, len(todo))
 	for _, i := range todo {
 		script := calls[i].script
 		err, tried := errs[script]

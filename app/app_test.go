@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/auth"
@@ -184,5 +186,40 @@ func TestAPIClosesIdleConnections(t *testing.T) {
 	started := time.Now()
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("idle keep-alive connection: read = %v after %v, want EOF (closed by the server)", err, time.Since(started))
+	}
+}
+
+// The node counts the commands its Redis client sends, in the meter it
+// reports to.
+func TestBuildCountsTheCommandsItsRedisClientSends(t *testing.T) {
+	rdb := testutil.StartRedis(t).Client()
+	reader := sdkmetric.NewManualReader()
+	a, err := app.Build(context.Background(), app.Config{
+		NodeID: "node-count", Brokers: testutil.Kfake(t, 1), HTTPAddr: "127.0.0.1:0", Roles: app.RoleAPI,
+		Logger: slog.New(slog.DiscardHandler),
+	}, app.Deps{Redis: rdb, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var sent int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "keyhook.redis.commands" {
+				for _, dp := range sum.DataPoints {
+					sent += dp.Value
+				}
+			}
+		}
+	}
+	if sent < 1 {
+		t.Errorf("keyhook.redis.commands = %d after a PING; want it counted", sent)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/keyhook/keyhook/api"
 	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/configlog"
+	"github.com/keyhook/keyhook/connect"
 	"github.com/keyhook/keyhook/control"
 	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
@@ -30,7 +31,9 @@ import (
 // them before Build and closes them after Run returns.
 type Deps struct {
 	// Redis holds the tracking state, subscriptions, tokens and the node
-	// registry. Required.
+	// registry. Required. Build adds a hook to it that counts the
+	// commands it sends (keyhook_redis_commands_total), for good: give
+	// each node its own client.
 	Redis redis.UniversalClient
 	// KafkaOptions are added to every Kafka client the node builds (TLS,
 	// SASL: see connect.KafkaOptions). Seed brokers come from
@@ -150,6 +153,11 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 	meter := a.tel.Meter
 	if deps.MeterProvider != nil {
 		meter = deps.MeterProvider
+	}
+	// What the node costs Redis per record: the flush rounds, claims and
+	// stores, counted as sent (a script call once).
+	if err := connect.CountRedisCommands(a.rdb, meter); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
 	}
 	policy := webhooks.AddressPolicy{AllowPrivate: cfg.AllowPrivateEndpoints}
 

@@ -174,23 +174,31 @@ func TestShutdownWithRedisHungTakesOneFlushDeadline(t *testing.T) {
 }
 
 // scriptCounter counts the script calls a Redis client sends, alone or
-// pipelined, and the largest pipeline.
+// pipelined, by the partitions (keys) they write, and the largest
+// pipeline.
 type scriptCounter struct {
 	mu sync.Mutex
 	scriptCounts
 }
 
 type scriptCounts struct {
-	single    int // script calls sent alone
-	piped     int // script calls sent in pipelines
+	single    int // partitions written by script calls sent alone
+	piped     int // partitions written by script calls sent in pipelines
 	pipelines int // pipelines holding script calls
-	largest   int
+	largest   int // partitions written by the largest pipeline
+	scripts   int // script calls sent in pipelines
 	commands  int // every command, for commands per record
 }
 
-func isScript(c redis.Cmder) bool {
-	n := strings.ToLower(c.Name())
-	return n == "evalsha" || n == "eval"
+// scriptKeys is the number of keys of a script call (EVAL/EVALSHA script
+// numkeys key...), 0 for any other command: a flush round writes as many
+// partitions as it names keys.
+func scriptKeys(c redis.Cmder) int {
+	if n := strings.ToLower(c.Name()); n != "evalsha" && n != "eval" {
+		return 0
+	}
+	keys, _ := c.Args()[2].(int)
+	return keys
 }
 
 func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -199,9 +207,7 @@ func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		s.mu.Lock()
 		s.commands++
-		if isScript(cmd) {
-			s.single++
-		}
+		s.single += scriptKeys(cmd)
 		s.mu.Unlock()
 		return next(ctx, cmd)
 	}
@@ -209,14 +215,16 @@ func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		n := 0
+		n, scripts := 0, 0
 		for _, c := range cmds {
-			if isScript(c) {
-				n++
+			if k := scriptKeys(c); k > 0 {
+				n += k
+				scripts++
 			}
 		}
 		s.mu.Lock()
 		s.commands += len(cmds)
+		s.scripts += scripts
 		if n > 0 {
 			s.pipelines++
 			s.piped += n
@@ -237,7 +245,8 @@ func (s *scriptCounter) take() scriptCounts {
 }
 
 // Under load every partition is dirty at every tick; a tick writes all of
-// them in one pipeline, not one round trip per partition.
+// them in one round trip, not one per partition, and on a single Redis in
+// one script call.
 func TestOneTickFlushesEveryDirtyPartitionInOnePipeline(t *testing.T) {
 	const topic, partitions = "pipelined", 8
 	brokers := testutil.Kfake(t, partitions, topic)
@@ -259,14 +268,17 @@ func TestOneTickFlushesEveryDirtyPartitionInOnePipeline(t *testing.T) {
 	took := time.Since(from)
 	records := sink.AckedCount() - acked
 	ticks := int(took / flushInterval)
-	t.Logf("over %v: %d records, %d pipelines of %d flushes (largest %d), %d flushes alone; %d Redis commands, %.3f per record",
-		took.Round(time.Millisecond), records, got.pipelines, got.piped, got.largest, got.single, got.commands,
+	t.Logf("over %v: %d records, %d pipelines of %d script calls writing %d partitions (largest %d), %d flushes alone; %d Redis commands, %.3f per record",
+		took.Round(time.Millisecond), records, got.pipelines, got.scripts, got.piped, got.largest, got.single, got.commands,
 		float64(got.commands)/float64(max(records, 1)))
 	if got.single != 0 {
 		t.Errorf("%d flushes went alone; want every flush in a tick's pipeline", got.single)
 	}
 	if got.largest != partitions {
 		t.Errorf("largest pipeline held %d flushes; want all %d partitions in one", got.largest, partitions)
+	}
+	if got.scripts != got.pipelines {
+		t.Errorf("%d script calls in %d pipelines; want one call per tick on a single Redis", got.scripts, got.pipelines)
 	}
 	if got.pipelines > ticks+ticks/5 {
 		t.Errorf("%d pipelines in %d ticks; want at most one per tick", got.pipelines, ticks)

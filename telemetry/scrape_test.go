@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/keyhook/keyhook/connect"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
@@ -43,6 +44,10 @@ func TestMetricsAfterAScriptedRunBackTheAlertsAndDashboard(t *testing.T) {
 	const topic, n = "scraped", 50
 	brokers := testutil.Kfake(t, 2, topic)
 	rdb := testutil.StartRedis(t).Client()
+	// As app.Build does for a node's client.
+	if err := connect.CountRedisCommands(rdb, p.Meter); err != nil {
+		t.Fatal(err)
+	}
 	sink := testutil.StartSink(t)
 	var mu sync.Mutex
 	seen := map[int64]int{}
@@ -115,6 +120,9 @@ func TestMetricsAfterAScriptedRunBackTheAlertsAndDashboard(t *testing.T) {
 		if got := value(families, c.name, c.labels); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	if got := value(families, "keyhook_redis_commands_total", ""); got < 1 {
+		t.Errorf("keyhook_redis_commands_total = %v; want the node's Redis commands counted", got)
 	}
 	for _, name := range []string{"keyhook_consumer_lag", "keyhook_watermark_distance", "keyhook_pending", "keyhook_partition_paused", "keyhook_in_flight", "keyhook_retrying", "keyhook_tracking_flush_duration_seconds", "keyhook_kafka_commit_duration_seconds", "keyhook_rebalances_total"} {
 		if families[name] == nil {

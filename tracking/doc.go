@@ -5,16 +5,18 @@
 // which epoch.
 //
 // One Redis HASH per (subscription, topic, partition) holds that state
-// (internal/keyspace names it, keys.go its fields), so every script
-// touches one key and stays valid on Redis Cluster. A node claims a
-// partition, or some ranges of its key hash space (keyrange) when several
-// nodes share it, which gives it a new epoch; it then flushes its
-// in-memory state every few milliseconds in one script call that is
-// refused once a newer claim took any of its ranges: a zombie therefore
-// cannot overwrite the state of the node that replaced it. A node writes
-// all its partitions in one pipelined round trip (FlushMany, FlushRanges,
-// ReleaseMany). Every multi-step change is one Lua script (scripts.go), so
-// the state is never half-written.
+// (internal/keyspace names it, keys.go its fields), so a script acts on
+// each partition's key alone and stays valid on Redis Cluster. A node
+// claims a partition, or some ranges of its key hash space (keyrange)
+// when several nodes share it, which gives it a new epoch; it then
+// flushes its in-memory state every few milliseconds in one script call
+// that is refused once a newer claim took any of its ranges: a zombie
+// therefore cannot overwrite the state of the node that replaced it. A
+// node writes all its partitions in one round trip (FlushMany,
+// FlushRanges, ReleaseMany); a flush round is one script call for every
+// partition on a single server, and one per hash slot on Redis Cluster,
+// whose scripts may not span slots. Every multi-step change is one Lua
+// script (scripts.go), so the state is never half-written.
 //
 // The hash space is cut into pieces, each with its own watermark: every
 // record below it whose hash is in the piece was delivered. Facts compose:

@@ -13,12 +13,15 @@ import (
 // Numbers are written with string.format("%d") because Lua's default
 // number formatting would switch to exponent notation for large values.
 //
-// Flush and release run pipelined (Store.FlushMany, Store.ReleaseMany):
-// one EVALSHA per partition, many partitions in one round trip. EVALSHA
+// Release runs pipelined (Store.ReleaseMany): one EVALSHA per partition,
+// many partitions in one round trip. A flush round goes further: one
+// EVALSHA of flushRoundCmd writes every partition of the round whose keys
+// may share a script (all of them on a single server, those of one slot
+// on Redis Cluster), and the calls of the round are pipelined. EVALSHA
 // needs the script in the server's cache, so the Store loads each script
 // before its first pipeline and again when a server answers NOSCRIPT.
-// Each script touches one key, so a pipeline of them is valid on Redis
-// Cluster whatever slots the keys live in.
+// Every other script touches one key, so a pipeline of them is valid on
+// Redis Cluster whatever slots the keys live in.
 //
 // Scripts name the HASH's fields as F.<name>, never as literals: F is a
 // Lua table that fieldsLua declares at the head of every script from the
@@ -415,64 +418,117 @@ return {"ok"}
 // {"ok", merged watermark, committed mirror}
 // {"fenced", stored epoch}  the claim lost ranges to a newer one, or is gone
 // {"lost"}                  the key is gone (Redis lost its data)
-var flushCmd = newScript(flushLua)
+var flushCmd = newScript(flushFuncLua + `return flush(KEYS[1], ARGV, servertime)`)
 
-const flushLua = `
-local e = ARGV[1]
-local h = redis.call("HMGET", KEYS[1], F.epoch, F.pieces, F.gen, F.committed, cf(e, F.ranges))
-if not h[1] then
-	return {"lost"}
-end
-if h[3] then
-	if h[1] ~= e then
-		return {"fenced", h[1]}
+// flushArgs is the number of ARGV of one partition's flush.
+const flushArgs = 11
+
+// flushRoundCmd is flushCmd over several partitions of one round, in one
+// call: a node's round costs one command and one TIME, however many
+// partitions it owns. Each partition is flushed exactly as flushCmd does
+// and answers on its own: one fenced, lost or broken (a Redis error, such
+// as a key of the wrong type) does not stop the others. The keys must
+// share a slot on Redis Cluster.
+//
+// Input:
+// KEYS[i] -> the tracking HASH of the round's i-th partition
+// --
+// ARGV[(i-1)*11 + 1 .. i*11] -> the i-th partition's ARGV of flushCmd
+//
+// Output:
+// {reply of flushCmd for KEYS[1], ..., for KEYS[n]}, and for a partition
+// whose flush raised an error {"error", message}
+var flushRoundCmd = newScript(flushFuncLua + flushRoundLua)
+
+// flushFuncLua declares flush(key, a, clock), the body of flushCmd over
+// one key: a holds the eleven arguments flushCmd documents, clock answers
+// the server time in ms (servertime, or the round's one reading).
+const flushFuncLua = `
+local function flush(key, a, clock)
+	local e = a[1]
+	local h = redis.call("HMGET", key, F.epoch, F.pieces, F.gen, F.committed, cf(e, F.ranges))
+	if not h[1] then
+		return {"lost"}
 	end
-	upgrade(KEYS[1])
-	h = redis.call("HMGET", KEYS[1], F.epoch, F.pieces, F.gen, F.committed, cf(e, F.ranges))
-end
-if not h[2] or h[5] ~= ARGV[2] then
-	return {"fenced", h[1]}
-end
-local wm, c = tonumber(ARGV[4]), tonumber(ARGV[6])
-local committed = math.max(tonumber(h[4]) or -1, c)
-local pieces, merged
--- The claim of the whole space, one piece, is every partition with one
--- sharer: it skips the general parsing.
-local whole = string.match(h[2], "^0:65536:" .. e .. ":0:(%-?%d+)$")
-if whole then
-	if ARGV[2] ~= "0-65536" then
-		return {"fenced", h[1]}
-	end
-	merged = math.max(tonumber(whole), wm, c)
-	pieces = "0:65536:" .. e .. ":0:" .. string.format("%d", merged)
-else
-	local ps = parsepieces(h[2])
-	if held(ps, e) ~= ARGV[2] then
-		return {"fenced", h[1]}
-	end
-	for _, p in ipairs(ps) do
-		if p.e == e and not p.rel then
-			p.wm = math.max(p.wm, wm)
+	if h[3] then
+		if h[1] ~= e then
+			return {"fenced", h[1]}
 		end
-		p.wm = math.max(p.wm, c)
-		merged = math.min(merged or p.wm, p.wm)
+		upgrade(key)
+		h = redis.call("HMGET", key, F.epoch, F.pieces, F.gen, F.committed, cf(e, F.ranges))
 	end
-	pieces = encodepieces(ps)
+	if not h[2] or h[5] ~= a[2] then
+		return {"fenced", h[1]}
+	end
+	local wm, c = tonumber(a[4]), tonumber(a[6])
+	local committed = math.max(tonumber(h[4]) or -1, c)
+	local pieces, merged
+	-- The claim of the whole space, one piece, is every partition with one
+	-- sharer: it skips the general parsing.
+	local whole = string.match(h[2], "^0:65536:" .. e .. ":0:(%-?%d+)$")
+	if whole then
+		if a[2] ~= "0-65536" then
+			return {"fenced", h[1]}
+		end
+		merged = math.max(tonumber(whole), wm, c)
+		pieces = "0:65536:" .. e .. ":0:" .. string.format("%d", merged)
+	else
+		local ps = parsepieces(h[2])
+		if held(ps, e) ~= a[2] then
+			return {"fenced", h[1]}
+		end
+		for _, p in ipairs(ps) do
+			if p.e == e and not p.rel then
+				p.wm = math.max(p.wm, wm)
+			end
+			p.wm = math.max(p.wm, c)
+			merged = math.min(merged or p.wm, p.wm)
+		end
+		pieces = encodepieces(ps)
+	end
+	local now = clock()
+	local pre = F.claim .. e .. ":"
+	redis.call("HSET", key,
+		F.pieces, pieces,
+		F.committed, string.format("%d", committed),
+		pre .. F.acked, a[3],
+		pre .. F.fetched, a[5],
+		pre .. F.pending, a[7],
+		pre .. F.inflight, a[8],
+		pre .. F.oldest, a[9],
+		pre .. F.holding, a[11],
+		pre .. F.keys, a[10],
+		pre .. F.updated, string.format("%d", now))
+	return {"ok", merged, committed}
 end
-local now = servertime()
-local pre = F.claim .. e .. ":"
-redis.call("HSET", KEYS[1],
-	F.pieces, pieces,
-	F.committed, string.format("%d", committed),
-	pre .. F.acked, ARGV[3],
-	pre .. F.fetched, ARGV[5],
-	pre .. F.pending, ARGV[7],
-	pre .. F.inflight, ARGV[8],
-	pre .. F.oldest, ARGV[9],
-	pre .. F.holding, ARGV[11],
-	pre .. F.keys, ARGV[10],
-	pre .. F.updated, string.format("%d", now))
-return {"ok", merged, committed}
+`
+
+// flushRoundLua reads TIME once, at the round's first write: every
+// partition of the round is stamped with one instant, as if flushed
+// together. pcall keeps a partition's error its own; its writes made
+// before the error stay, as they would in flushCmd.
+var flushRoundLua = `local NARGS = ` + strconv.Itoa(flushArgs) + `
+if #ARGV ~= #KEYS * NARGS then
+	return redis.error_reply("flush round: " .. #ARGV .. " arguments for " .. #KEYS .. " keys")
+end
+local stamp
+local function clock()
+	if not stamp then
+		stamp = servertime()
+	end
+	return stamp
+end
+local out = {}
+for i, key in ipairs(KEYS) do
+	local base = (i - 1) * NARGS
+	local ok, r = pcall(flush, key, {unpack(ARGV, base + 1, base + NARGS)}, clock)
+	if ok then
+		out[i] = r
+	else
+		out[i] = {"error", type(r) == "table" and r.err or tostring(r)}
+	end
+end
+return out
 `
 
 // releaseCmd gives up ranges of a claim after its owner drained them,

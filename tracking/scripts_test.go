@@ -15,7 +15,7 @@ import (
 // spells a field name as a literal instead of reading it from F, which
 // is built from the constants decodeState reads.
 func TestScriptsNameFieldsOnlyThroughTheGoConstants(t *testing.T) {
-	for name, body := range map[string]string{"lib": libLua, "claim": claimLua, "seed": seedLua, "flush": flushLua, "release": releaseLua} {
+	for name, body := range map[string]string{"lib": libLua, "claim": claimLua, "seed": seedLua, "flush": flushFuncLua, "flush round": flushRoundLua, "release": releaseLua} {
 		for _, f := range scriptFields {
 			for _, lit := range []string{strconv.Quote(f[1]), "'" + f[1] + "'"} {
 				if strings.Contains(body, lit) {
@@ -71,11 +71,11 @@ func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 // claim's acked set.
 func TestFlushScriptReadsOnlyTheFieldsItNeeds(t *testing.T) {
 	for _, read := range []string{"HGETALL", "HVALS", "HKEYS", "HSCAN", `"HGET"`, "cf(p.e"} {
-		if strings.Contains(flushLua, read) {
+		if strings.Contains(flushFuncLua, read) {
 			t.Errorf("flush script contains %s; want one HMGET of the partition's fields and its own claim's", read)
 		}
 	}
-	if n := strings.Count(flushLua, `"HMGET"`); n != 2 {
+	if n := strings.Count(flushFuncLua, `"HMGET"`); n != 2 {
 		t.Errorf("flush script has %d HMGET; want 2 (the second only after upgrading a legacy HASH)", n)
 	}
 }

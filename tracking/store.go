@@ -209,7 +209,7 @@ func (s *Store) ClaimRanges(ctx context.Context, pk PartitionKey, owner string, 
 			// must be computed here. Until it is stored (or should this
 			// write fail) the claim's first flush stores it: the window
 			// risks duplicates, never a loss, since the floors are stored.
-			_ = s.runMany(ctx, seedCmd, []scriptCall{{key: s.key(pk), args: []any{c.Epoch, c.Acked.AppendBinary(nil)}}})
+			_ = s.runMany(ctx, []scriptCall{{script: seedCmd, keys: []string{s.key(pk)}, args: []any{c.Epoch, c.Acked.AppendBinary(nil)}}})
 		}
 		return c, nil
 	case "fenced":
@@ -381,9 +381,15 @@ func (s *Store) FlushMany(ctx context.Context, fs []PartitionFlush) []error {
 // FlushRanges writes like FlushMany and also answers each partition's
 // merged state after its write: the watermark every sharer's acks add up
 // to, which a commit must not pass, and the commit mirror.
+//
+// On a single server (a *redis.Client, Sentinel's included) the whole
+// round is one script call, up to maxRound partitions per call; on Redis
+// Cluster, one call per hash slot, pipelined. Each partition still
+// answers on its own.
 func (s *Store) FlushRanges(ctx context.Context, fs []PartitionFlush) []FlushResult {
 	out := make([]FlushResult, len(fs))
-	var calls []scriptCall
+	var keys []string
+	var args [][]any
 	var idx []int
 	for i, pf := range fs {
 		out[i] = FlushResult{Watermark: -1, Committed: -1}
@@ -411,29 +417,113 @@ func (s *Store) FlushRanges(ctx context.Context, fs []PartitionFlush) []FlushRes
 		if f.Holding != nil {
 			holding, _ = json.Marshal(f.Holding) // plain fields: cannot fail
 		}
-		calls = append(calls, scriptCall{key: s.key(pf.Key), args: []any{
-			f.Epoch, rs.String(), acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys, holding}})
+		keys = append(keys, s.key(pf.Key))
+		args = append(args, []any{
+			f.Epoch, rs.String(), acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys, holding})
 		idx = append(idx, i)
 	}
-	for j, res := range s.runMany(ctx, flushCmd, calls) {
-		i := idx[j]
-		pk, epoch := fs[i].Key, fs[i].Flush.Epoch
-		if res.err != nil {
-			out[i].Err = fmt.Errorf("tracking: flush %s: %w", pk, res.err)
+	groups := flushGroups(s.rdb, keys)
+	calls := make([]scriptCall, len(groups))
+	for g, members := range groups {
+		if len(members) == 1 {
+			j := members[0]
+			calls[g] = scriptCall{script: flushCmd, keys: []string{keys[j]}, args: args[j]}
 			continue
 		}
-		if out[i].Err = fencedReply("flush", pk, epoch, res.reply); out[i].Err != nil {
+		c := scriptCall{script: flushRoundCmd, keys: make([]string, 0, len(members)), args: make([]any, 0, len(members)*flushArgs)}
+		for _, j := range members {
+			c.keys = append(c.keys, keys[j])
+			c.args = append(c.args, args[j]...)
+		}
+		calls[g] = c
+	}
+	for g, res := range s.runMany(ctx, calls) {
+		members := groups[g]
+		if len(members) == 1 {
+			i := idx[members[0]]
+			out[i] = flushResult(fs[i], res)
 			continue
 		}
-		wm, ok1 := at(res.reply, 1).(int64)
-		committed, ok2 := at(res.reply, 2).(int64)
-		if !ok1 || !ok2 {
-			out[i].Err = fmt.Errorf("tracking: flush %s: unexpected script reply %v", pk, res.reply)
-			continue
+		for k, j := range members {
+			i := idx[j]
+			r := scriptResult{err: res.err}
+			if res.err == nil {
+				if reply, ok := at(res.reply, k).([]any); ok {
+					r.reply = reply
+				} else {
+					r.err = fmt.Errorf("unexpected reply %v of a round of %d", at(res.reply, k), len(members))
+				}
+			}
+			out[i] = flushResult(fs[i], r)
 		}
-		out[i].Watermark, out[i].Committed = wm, committed
 	}
 	return out
+}
+
+// flushResult reads one partition's reply of flushCmd.
+func flushResult(pf PartitionFlush, res scriptResult) FlushResult {
+	out := FlushResult{Watermark: -1, Committed: -1}
+	pk, epoch := pf.Key, pf.Flush.Epoch
+	if res.err != nil {
+		out.Err = fmt.Errorf("tracking: flush %s: %w", pk, res.err)
+		return out
+	}
+	if status(res.reply) == "error" {
+		out.Err = fmt.Errorf("tracking: flush %s: %v", pk, at(res.reply, 1))
+		return out
+	}
+	if out.Err = fencedReply("flush", pk, epoch, res.reply); out.Err != nil {
+		return out
+	}
+	wm, ok1 := at(res.reply, 1).(int64)
+	committed, ok2 := at(res.reply, 2).(int64)
+	if !ok1 || !ok2 {
+		out.Err = fmt.Errorf("tracking: flush %s: unexpected script reply %v", pk, res.reply)
+		return out
+	}
+	out.Watermark, out.Committed = wm, committed
+	return out
+}
+
+// maxRound bounds the partitions of one flushRoundCmd call, and so the
+// time Redis spends in one script, during which it serves no one else.
+const maxRound = 256
+
+// flushGroups cuts a round's keys into the groups one script call may
+// write, as indexes into keys, in order. A single server takes any keys
+// together; Redis Cluster only keys of one slot (a script's keys must
+// share one), so the groups there are the slots; any other client (a
+// Ring shards by key) gets one call per key. No group exceeds maxRound.
+func flushGroups(rdb redis.UniversalClient, keys []string) [][]int {
+	var groups [][]int
+	switch rdb.(type) {
+	case *redis.Client:
+		for lo := 0; lo < len(keys); lo += maxRound {
+			g := make([]int, 0, min(maxRound, len(keys)-lo))
+			for j := lo; j < min(lo+maxRound, len(keys)); j++ {
+				g = append(g, j)
+			}
+			groups = append(groups, g)
+		}
+	case *redis.ClusterClient:
+		// open is the group of a slot still taking keys.
+		open := make(map[int]int)
+		for j, k := range keys {
+			slot := keyspace.Slot(k)
+			g, ok := open[slot]
+			if !ok || len(groups[g]) == maxRound {
+				g = len(groups)
+				groups = append(groups, nil)
+				open[slot] = g
+			}
+			groups[g] = append(groups[g], j)
+		}
+	default:
+		for j := range keys {
+			groups = append(groups, []int{j})
+		}
+	}
+	return groups
 }
 
 // Release gives up every range of pk's claim of epoch after a graceful
@@ -460,7 +550,7 @@ func (s *Store) ReleaseRanges(ctx context.Context, pk PartitionKey, epoch int64,
 	if err != nil {
 		return fmt.Errorf("tracking: release %s: %w", pk, err)
 	}
-	res := s.runMany(ctx, releaseCmd, []scriptCall{{key: s.key(pk), args: []any{epoch, rs.String()}}})[0]
+	res := s.runMany(ctx, []scriptCall{{script: releaseCmd, keys: []string{s.key(pk)}, args: []any{epoch, rs.String()}}})[0]
 	if res.err != nil {
 		return fmt.Errorf("tracking: release %s: %w", pk, res.err)
 	}
@@ -485,10 +575,10 @@ func (s *Store) ReleaseMany(ctx context.Context, rs []PartitionRelease) []error 
 			errs[i] = fmt.Errorf("tracking: release: %w", err)
 			continue
 		}
-		calls = append(calls, scriptCall{key: s.key(r.Key), args: []any{r.Epoch, releaseAll}})
+		calls = append(calls, scriptCall{script: releaseCmd, keys: []string{s.key(r.Key)}, args: []any{r.Epoch, releaseAll}})
 		idx = append(idx, i)
 	}
-	for j, res := range s.runMany(ctx, releaseCmd, calls) {
+	for j, res := range s.runMany(ctx, calls) {
 		i := idx[j]
 		if res.err != nil {
 			errs[i] = fmt.Errorf("tracking: release %s: %w", rs[i].Key, res.err)
@@ -502,10 +592,11 @@ func (s *Store) ReleaseMany(ctx context.Context, rs []PartitionRelease) []error 
 // releaseAll asks releaseCmd for every range the claim holds.
 const releaseAll = "*"
 
-// scriptCall is one run of a single-key script in a pipeline.
+// scriptCall is one run of a script in a pipeline.
 type scriptCall struct {
-	key  string
-	args []any
+	script *redis.Script
+	keys   []string
+	args   []any
 }
 
 // scriptResult is a scriptCall's reply or error.
@@ -514,27 +605,22 @@ type scriptResult struct {
 	err   error
 }
 
-// runMany runs script once per call, pipelined by EVALSHA. The script is
-// loaded before the first pipeline; a server that forgot it since (a
-// restart, SCRIPT FLUSH, a failover) answers NOSCRIPT, and those calls
-// run again, pipelined, once it is loaded anew. On a cluster the
+// runMany runs every call, pipelined by EVALSHA. Each script is loaded
+// before the first pipeline; a server that forgot it since (a restart,
+// SCRIPT FLUSH, a failover) answers NOSCRIPT, and those calls run again,
+// pipelined, once their scripts are loaded anew. On a cluster the
 // pipeline splits by node, one round trip each, in parallel.
-func (s *Store) runMany(ctx context.Context, script *redis.Script, calls []scriptCall) []scriptResult {
+func (s *Store) runMany(ctx context.Context, calls []scriptCall) []scriptResult {
 	out := make([]scriptResult, len(calls))
 	if len(calls) == 0 {
 		return out
 	}
-	if !s.loaded(script) {
-		if err := s.load(ctx, script); err != nil {
-			for i := range out {
-				out[i].err = err
-			}
-			return out
-		}
-	}
 	todo := make([]int, len(calls))
 	for i := range todo {
 		todo[i] = i
+	}
+	if todo = s.loadFor(ctx, calls, todo, out, false); len(todo) == 0 {
+		return out
 	}
 	for attempt := 0; ; attempt++ {
 		cmds := make([]*redis.Cmd, len(todo))
@@ -542,7 +628,7 @@ func (s *Store) runMany(ctx context.Context, script *redis.Script, calls []scrip
 		// carries its own.
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for j, i := range todo {
-				cmds[j] = script.EvalSha(ctx, p, []string{calls[i].key}, calls[i].args...)
+				cmds[j] = calls[i].script.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
 			}
 			return nil
 		})
@@ -558,14 +644,36 @@ func (s *Store) runMany(ctx context.Context, script *redis.Script, calls []scrip
 		if len(again) == 0 {
 			return out
 		}
-		if err := s.load(ctx, script); err != nil {
-			for _, i := range again {
-				out[i].err = err
-			}
+		todo = s.loadFor(ctx, calls, again, out, true)
+		if len(todo) == 0 {
 			return out
 		}
-		todo = again
 	}
+}
+
+// loadFor loads the scripts of the calls todo, each once: those this
+// Store has not loaded yet, or every one when reload (a server answered
+// NOSCRIPT). It returns the calls whose script is loaded; the others
+// answer the load's error in out.
+func (s *Store) loadFor(ctx context.Context, calls []scriptCall, todo []int, out []scriptResult, reload bool) []int {
+	errs := make(map[*redis.Script]error)
+	ready := make([]int, 0, len(todo))
+	for _, i := range todo {
+		script := calls[i].script
+		err, tried := errs[script]
+		if !tried {
+			if reload || !s.loaded(script) {
+				err = s.load(ctx, script)
+			}
+			errs[script] = err
+		}
+		if err != nil {
+			out[i].err = err
+			continue
+		}
+		ready = append(ready, i)
+	}
+	return ready
 }
 
 // loaded reports whether script was loaded by this Store.

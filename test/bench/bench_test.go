@@ -74,7 +74,7 @@ func TestQuickRunDeliversEveryRecordAndWritesResults(t *testing.T) {
 			}
 			for field, v := range map[string]float64{
 				"records/s": r.Rate, "window": r.Window, "CPU/record": r.CPUPerRecordUS,
-				"e2e p50": r.E2EP50, "e2e p99": r.E2EP99, "Redis commands/record": r.CmdsPerRecord,
+				"e2e p50": r.E2EP50, "e2e p99": r.E2EP99, "Redis commands/record": r.CmdsPerRecord, "Redis sent/record": r.SentPerRecord,
 				"heap/pending": r.HeapPerHeld, "peak RSS": r.PeakRSSMB,
 			} {
 				if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -89,6 +89,9 @@ func TestQuickRunDeliversEveryRecordAndWritesResults(t *testing.T) {
 			}
 			if r.Contender.Mode == modeKeyhook && r.CmdsPerRecord <= 0 {
 				t.Errorf("%s: Redis commands/record %v, want > 0 (keyhook tracks in Redis)", name, r.CmdsPerRecord)
+			}
+			if r.Contender.Mode == modeKeyhook && r.SentPerRecord <= 0 {
+				t.Errorf("%s: Redis sent/record %v, want > 0 (keyhook_redis_commands_total read)", name, r.SentPerRecord)
 			}
 		}
 	}

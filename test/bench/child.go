@@ -121,7 +121,11 @@ type childReport struct {
 	LastAt   int64 `json:"last_at,omitempty"`
 	// PartitionWindow is the largest window each partition used.
 	PartitionWindow map[string]int64 `json:"partition_window,omitempty"`
-	Err             string           `json:"err,omitempty"`
+	// RedisSent counts the commands keyhook's Redis client sent over the
+	// node's life (keyhook.redis.commands): each pipelined command and
+	// each script call once.
+	RedisSent int64  `json:"redis_sent,omitempty"`
+	Err       string `json:"err,omitempty"`
 }
 
 // Lines a child prints on stdout; everything else goes to stderr.

@@ -123,6 +123,8 @@ func runKeyhook(ctx context.Context, spec childSpec, log *slog.Logger, out *chil
 	cancel()
 	rep.Samples = smp.wait(nil)
 	rep.PartitionWindow = windows
+	// Read once the node stopped: its final flush and releases are in.
+	rep.RedisSent = redisSent(reader)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("bench: node: %w", err)
 	}
@@ -209,6 +211,25 @@ func readNodeGauges(ctx context.Context, r *sdkmetric.ManualReader, s *sample, w
 	}
 	// Records another sharer delivers are fetched and never acked here.
 	s.Held = max(0, fetched-acked-s.NotOwned)
+}
+
+// redisSent reads the node's count of the commands it sent to Redis.
+func redisSent(r *sdkmetric.ManualReader) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		return 0
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "keyhook.redis.commands" {
+				for _, dp := range sum.DataPoints {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
 }
 
 func partitionOf(set attribute.Set) string {

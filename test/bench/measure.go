@@ -54,6 +54,11 @@ type runResult struct {
 	RedisByCommand map[string]int64 `json:"redis_by_command,omitempty"`
 	RedisScripts   int64            `json:"redis_scripts"`
 	CmdsPerRecord  float64          `json:"redis_commands_per_record"`
+	// RedisSent is what keyhook's client sent (keyhook_redis_commands_total):
+	// a script call once, where RedisCommands also counts the calls the
+	// script makes inside Redis.
+	RedisSent     int64   `json:"redis_sent"`
+	SentPerRecord float64 `json:"redis_sent_per_record"`
 	// The contender process.
 	CPUPerRecordUS float64 `json:"cpu_us_per_record"`
 	// HeapPerHeld is the live heap above the idle heap per record held
@@ -86,7 +91,7 @@ type runResult struct {
 // measure turns the sink's and the child's records into the run's numbers.
 func (r *runResult) measure(run *sinkRun, d *dataset, sc scenario, rep childReport, ts []trackSample, limit time.Duration) {
 	r.E2EP50, r.E2EP99 = notMeasured, notMeasured
-	r.OthersRate, r.CmdsPerRecord, r.CPUPerRecordUS = notMeasured, notMeasured, notMeasured
+	r.OthersRate, r.CmdsPerRecord, r.SentPerRecord, r.CPUPerRecordUS = notMeasured, notMeasured, notMeasured, notMeasured
 	r.HeapPerHeld, r.TrackingPerGap, r.TrackingEncPerGap = notMeasured, notMeasured, notMeasured
 	r.PeakRSSMB = float64(rep.VmHWMKB) / 1024
 	r.PartitionWindow = rep.PartitionWindow
@@ -132,6 +137,10 @@ func (r *runResult) measure(run *sinkRun, d *dataset, sc scenario, rep childRepo
 	}
 	if r.Contender.Mode == modeKeyhook && r.Delivered > 0 {
 		r.CmdsPerRecord = float64(r.RedisCommands) / float64(r.Delivered)
+		if rep.RedisSent > 0 {
+			r.RedisSent = rep.RedisSent
+			r.SentPerRecord = float64(r.RedisSent) / float64(r.Delivered)
+		}
 		r.tracking(ts)
 	}
 	if r.Outcome == outcomeCapped {
@@ -293,6 +302,9 @@ func (r *runResult) summary() string {
 	}
 	if r.CmdsPerRecord >= 0 {
 		s += fmt.Sprintf(", %.3f redis cmds/rec", r.CmdsPerRecord)
+	}
+	if r.SentPerRecord >= 0 {
+		s += fmt.Sprintf(" (%.4f sent)", r.SentPerRecord)
 	}
 	if r.AttemptErrors > 0 {
 		s += fmt.Sprintf(", %d attempts without answer", r.AttemptErrors)

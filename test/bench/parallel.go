@@ -190,7 +190,7 @@ func (h *harness) skipped(ctx context.Context, c contender, d *dataset) *runResu
 	}
 	return &runResult{
 		Contender: c, Outcome: outcomeSkipped, Records: d.spec.Records, Notes: []string{why},
-		E2EP50: notMeasured, E2EP99: notMeasured, OthersRate: notMeasured, CmdsPerRecord: notMeasured,
+		E2EP50: notMeasured, E2EP99: notMeasured, OthersRate: notMeasured, CmdsPerRecord: notMeasured, SentPerRecord: notMeasured,
 		CPUPerRecordUS: notMeasured, HeapPerHeld: notMeasured, TrackingPerGap: notMeasured,
 		TrackingEncPerGap: notMeasured, OthersCPU: notMeasured,
 	}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// Scenario 3's Redis targets: ≤ 0.05 judges every call Redis ran (INFO
+// commandstats, the calls inside scripts included), the ≤ 0.01 stretch
+// what keyhook sent (keyhook_redis_commands_total), and its measured
+// text quotes both.
+func TestScenarioThreeJudgesTheStretchOnTheCommandsSent(t *testing.T) {
+	for _, tt := range []struct {
+		name             string
+		cmds, sent       float64
+		wantBase, wantSt string
+		wantText         string
+	}{
+		{"one call per round", 0.019, 0.0026, statusPass, statusPass, "0.0026 sent; 0.0190 counting the calls inside scripts"},
+		{"a call per partition", 0.0365, 0.0122, statusPass, statusMiss, "0.0122 sent; 0.0365 counting the calls inside scripts"},
+		{"over both", 0.06, 0.02, statusMiss, statusMiss, "0.0200 sent; 0.0600 counting the calls inside scripts"},
+		{"counter not read", 0.019, notMeasured, statusPass, statusNA, "keyhook_redis_commands_total not read"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kh := &runResult{Contender: cKey, CmdsPerRecord: tt.cmds, SentPerRecord: tt.sent, RedisCommands: 1900, RedisScripts: 260,
+				CPUPerRecordUS: notMeasured, HeapPerHeld: notMeasured, E2EP50: notMeasured, E2EP99: notMeasured}
+			r := &results{Scenarios: []*scenarioResult{{ID: "3", Runs: []*runResult{kh}}}}
+			r.evaluate()
+			got := map[string]target{}
+			for _, tg := range r.Targets {
+				if tg.Scenario == "3" {
+					got[tg.Goal] = tg
+				}
+			}
+			if base := got["Redis commands/record ≤ 0.05"]; base.Status != tt.wantBase || !strings.HasPrefix(base.Measured, fmt.Sprintf("%.4f ", tt.cmds)) {
+				t.Errorf("≤ 0.05 target = %+v; want %s on commandstats (%v)", base, tt.wantBase, tt.cmds)
+			}
+			if st := got["Redis commands/record ≤ 0.01 (stretch)"]; st.Status != tt.wantSt || st.Measured != tt.wantText {
+				t.Errorf("stretch target = %+v; want %s, measured %q", st, tt.wantSt, tt.wantText)
+			}
+			md := r.markdown()
+			for _, want := range []string{"| Redis cmds/rec | Redis sent/rec |", "**Redis sent/rec**", "keyhook_redis_commands_total"} {
+				if !strings.Contains(md, want) {
+					t.Errorf("results.md lacks %q", want)
+				}
+			}
+		})
+	}
+}

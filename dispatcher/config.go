@@ -55,12 +55,13 @@ type Config struct {
 	// Default 10000.
 	MaxWindow int64
 	// ParkAfter bounds the records of one key held in memory under
-	// ordering key: a key's later records are parked by offset, their
-	// values dropped, and read again from Kafka when the key has room. A
-	// key stuck on a failing record, or slower than its arrivals, then
-	// costs a few bytes per record waiting behind it instead of filling
-	// the window and stopping every other key of its partition. Default
-	// 16; negative never parks.
+	// ordering key when the window is full and nothing is ready to send
+	// (and a tenth of the window bounds them always): a key's later
+	// records are parked by offset, their values dropped, and read again
+	// from Kafka when the key has room. A key stuck on a failing record,
+	// or slower than its arrivals, then costs a few bytes per record
+	// waiting behind it instead of filling the window and stopping every
+	// other key of its partition. Default 16; negative never parks.
 	ParkAfter int
 	// MaxParkedBytes bounds what parked records cost over the node, about
 	// 64 bytes each; at the bound keys park nothing more and fetching

@@ -55,14 +55,25 @@ type Config struct {
 	// bytes are reserved, and released when it is acked or the machine is
 	// closed. Without room the partition pauses like a full window.
 	Budget Budget
-	// ParkAfter, when positive, bounds the records of one key held in
-	// memory under ordering key: later records of a key that holds as
-	// many (or that has parked ones) are parked by offset, their values
-	// dropped, until Unpark takes them back from a fetch made again
-	// (Reread says from where). MaxWindow then bounds the records held
-	// in memory, not the distance from the watermark, so a stuck key no
-	// longer stops its partition. 0 holds every record in memory.
+	// ParkAfter, when positive, lets keys park records by offset under
+	// ordering key, their values dropped, until Unpark takes them back
+	// from a fetch made again (Reread says from where). MaxWindow then
+	// bounds the records held in memory, not the distance from the
+	// watermark, so a stuck key no longer stops its partition. A key
+	// holds up to a tenth of the window in memory (at least four times
+	// ParkAfter) and parks what comes beyond. When the window is full and
+	// fewer than ReadyFloor records are ready to send, the partition is
+	// short of work that memory could hold: keys holding more than
+	// ParkAfter park the rest of their records in memory and what comes
+	// next, making room for the others. While enough are ready, a full
+	// window pauses the fetch instead: delivery is what limits, and
+	// parking would only read records twice. 0 holds every record in
+	// memory.
 	ParkAfter int
+	// ReadyFloor, with ParkAfter, is how many records ready to send keep
+	// a full window from parking (see ParkAfter). Default 1: park only
+	// when nothing is left to send.
+	ReadyFloor int
 	// ParkedBytes is what one parked record costs of the ParkBudget: its
 	// place among its key's parked offsets and the gap it leaves in the
 	// acked set. Default 64.
@@ -104,6 +115,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("partition: ParkAfter %d must not be negative", c.ParkAfter)
 	case c.ParkedBytes < 0:
 		return fmt.Errorf("partition: ParkedBytes %d must not be negative", c.ParkedBytes)
+	case c.ReadyFloor < 0:
+		return fmt.Errorf("partition: ReadyFloor %d must not be negative", c.ReadyFloor)
 	}
 	return nil
 }
@@ -254,9 +267,11 @@ type Machine[P any] struct {
 	// holding laneCap records in memory parks its later ones; Unpark
 	// fills it up to refillCap, so that one fetch made again serves many
 	// of its records.
-	parkedLanes        map[*lane[P]]struct{}
-	parked             int64
-	parkHeld           int64
+	parkedLanes map[*lane[P]]struct{}
+	parked      int64
+	parkHeld    int64
+	// evicted counts records parked from memory (parkTail).
+	evicted            int64
 	laneCap, refillCap int
 
 	claimed bool
@@ -280,6 +295,9 @@ func New[P any](cfg Config) (*Machine[P], error) {
 	}
 	if cfg.ParkedBytes == 0 {
 		cfg.ParkedBytes = 64
+	}
+	if cfg.ReadyFloor == 0 {
+		cfg.ReadyFloor = 1
 	}
 	m := &Machine[P]{
 		cfg:   cfg,
@@ -699,27 +717,43 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		foreign = m.ranges != nil && !m.ranges.Contains(h)
 		preacked = !foreign && (m.acked.Contains(off) || m.belowFloor(h, off))
 	}
-	// Only a record that will be pending holds memory. A key holding its
-	// cap in memory (or with parked records) parks it. Other keys never
-	// park: a full window or Budget pauses the fetch, since a node that
-	// is merely behind would otherwise park records of every key and read
-	// them all again.
+	// Only a record that will be pending holds memory. A key with parked
+	// records, or holding its refill cap in memory, parks it; so does one
+	// holding more than ParkAfter when the window is full and the
+	// partition short of work (starved). Otherwise a full window or
+	// Budget pauses the fetch, since a node that is merely behind would
+	// park records of every key and read them all again; when starved,
+	// the longest keys first park their tails to make room.
 	hold := int64(0)
 	var l *lane[P]
 	park := false
 	if !r.Control && !foreign && !preacked {
 		if m.parks() && r.Key != nil {
 			l = m.lanes[string(r.Key)]
-			park = l != nil && (len(l.parked) > 0 || len(l.q) >= m.laneCap)
 		}
+		park = m.parkArrival(l)
+		// Room made by parking may have parked the key's own tail: then
+		// the record parks behind it.
 		if !park && m.residentWindow() && m.full() {
-			return false
+			if !m.evictFor(0) {
+				return false
+			}
+			if park = m.parkArrival(l); !park && m.full() {
+				return false
+			}
 		}
 		if !park && m.cfg.Budget != nil && r.Bytes > 0 {
 			if !m.cfg.Budget.Reserve(r.Bytes) {
-				return false
+				if !m.evictFor(r.Bytes) {
+					return false
+				}
+				if park = m.parkArrival(l); !park && !m.cfg.Budget.Reserve(r.Bytes) {
+					return false
+				}
 			}
-			hold = r.Bytes
+			if !park {
+				hold = r.Bytes
+			}
 		}
 		if park && m.cfg.ParkBudget != nil {
 			if !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
@@ -823,6 +857,101 @@ func (m *Machine[P]) park(l *lane[P], off int64, ts time.Time) {
 	m.parkedLanes[l] = struct{}{}
 	m.parked++
 }
+
+// parkArrival reports whether a record arriving for lane l (nil: a key
+// without one yet) parks: behind the key's parked records, beyond its
+// refill cap, or beyond ParkAfter when the window is full and the
+// partition starved.
+func (m *Machine[P]) parkArrival(l *lane[P]) bool {
+	return l != nil && m.parks() && (len(l.parked) > 0 || len(l.q) >= m.refillCap ||
+		len(l.q) >= m.laneCap && m.residentWindow() && m.full() && m.starved())
+}
+
+// starved reports a partition short of work: fewer than ReadyFloor
+// records ready to send.
+func (m *Machine[P]) starved() bool {
+	return len(m.ready)+len(m.extras) < m.cfg.ReadyFloor
+}
+
+// evictFor makes room when the partition is starved: keys holding more
+// than ParkAfter records in memory park the last of them (the records
+// stay pending, their values dropped), a tenth of the window and
+// needBytes of the Budget at least, so the next arrivals find room too.
+// It reports whether any record was parked.
+func (m *Machine[P]) evictFor(needBytes int64) bool {
+	if !m.parks() || !m.starved() || m.stopped {
+		return false
+	}
+	target, n := max(m.cfg.MaxWindow/10, 1), int64(0)
+	freed := int64(0)
+	for _, l := range m.lanes {
+		if len(l.q) <= m.laneCap {
+			continue
+		}
+		k, b := m.parkTail(l)
+		n += int64(k)
+		freed += b
+		if n >= target && freed >= needBytes {
+			break
+		}
+	}
+	return n > 0
+}
+
+// parkTail parks the records l holds in memory beyond laneCap, from its
+// tail, before its parked ones: they come after every record it keeps in
+// memory and before any it parked already, so its order holds. It stops
+// at a record out, taken, injected or ready, and when the ParkBudget is
+// used up. It returns the records parked and the Budget bytes freed.
+func (m *Machine[P]) parkTail(l *lane[P]) (n int, freed int64) {
+	cut := len(l.q)
+	for cut > m.laneCap {
+		e := l.q[cut-1]
+		if e.out || e.taken || e.extra || e.ready {
+			break
+		}
+		if m.cfg.ParkBudget != nil && !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
+			break
+		}
+		cut--
+	}
+	if cut == len(l.q) {
+		return 0, 0
+	}
+	now := m.cfg.Clock().UnixNano()
+	runs := make([]parkRun[P], 0, len(l.q)-cut)
+	for _, e := range l.q[cut:] {
+		ts := e.Time.UnixMilli()
+		if k := len(runs); k > 0 && runs[k-1].end == e.Offset && absMS(ts-runs[k-1].ts) < 1000 {
+			runs[k-1].end++
+			runs[k-1].ts = min(runs[k-1].ts, ts)
+		} else {
+			runs = append(runs, parkRun[P]{start: e.Offset, end: e.Offset + 1, read: now, ts: ts})
+		}
+		delete(m.pending, e.Offset)
+		if e.bytes > 0 {
+			m.held -= e.bytes
+			m.cfg.Budget.Release(e.bytes)
+			freed += e.bytes
+		}
+		if m.cfg.ParkBudget != nil {
+			m.parkHeld += m.cfg.ParkedBytes
+		}
+		n++
+	}
+	clear(l.q[cut:])
+	l.q = l.q[:cut]
+	l.parked = append(runs, l.parked...)
+	m.parkedLanes[l] = struct{}{}
+	m.parked += int64(n)
+	m.evicted += int64(n)
+	m.version++
+	return n, freed
+}
+
+// Evicted returns how many records were parked from memory to make room
+// for other keys (see ParkAfter); they count in Parked too.
+func (m *Machine[P]) Evicted() int64 { return m.evicted }
 
 // absMS is |d|.
 func absMS(d int64) int64 {
@@ -1172,6 +1301,16 @@ func (m *Machine[P]) dispatchHead(q *[]*Entry[P], e *Entry[P]) error {
 	m.inflight++
 	e.ready, e.out = false, true
 	e.Dispatched = m.cfg.Clock()
+	if m.paused && m.claimed && m.parks() && m.starved() {
+		// The last record ready went out while the fetch waits for room:
+		// what waits is taken, the keys holding the window parking their
+		// tails (fill), or the fetch resumes (settle).
+		if len(m.backlog) > 0 {
+			m.fill()
+		} else {
+			m.settle()
+		}
+	}
 	return nil
 }
 
@@ -1357,13 +1496,17 @@ func (m *Machine[P]) settleWatermark() {
 // paused.
 func (m *Machine[P]) settle() {
 	m.settleWatermark()
+	// Starved, the fetch goes on even with the window full: what it
+	// brings makes the keys holding the window park their tails
+	// (accept), or waits in the backlog when none can.
+	starved := m.parks() && m.starved()
 	switch {
 	case !m.claimed || m.stopped:
 		m.paused = true
-	case m.full() || len(m.backlog) > 0:
+	case m.full() && !starved || len(m.backlog) > 0:
 		m.paused = true
 	case m.residentWindow():
-		if int64(len(m.pending)) <= m.cfg.MaxWindow/2 {
+		if int64(len(m.pending)) <= m.cfg.MaxWindow/2 || starved {
 			m.paused = false
 		}
 	case m.next < 0 || m.watermark < 0 || m.next-m.watermark <= m.cfg.MaxWindow/2:

@@ -722,7 +722,7 @@ func TestMachineModel(t *testing.T) {
 	if testing.Short() {
 		cases = 300
 	}
-	steps, batches, unparked := 0, 0, 0
+	steps, batches, unparked, evicted := 0, 0, 0, int64(0)
 	rnd := rand.New(rand.NewPCG(42, 7))
 	for i := range cases {
 		data := make([]byte, 12+rnd.IntN(400))
@@ -734,12 +734,17 @@ func TestMachineModel(t *testing.T) {
 		steps += md.steps
 		batches += md.batchesSeen
 		unparked += md.unparked
+		evicted += md.m.Evicted()
 		if t.Failed() {
 			t.Fatalf("case %d failed", i)
 		}
 	}
-	t.Logf("state machine model: %d cases, %d steps, %d batches, %d records parked and taken back", cases, steps, batches, unparked)
+	t.Logf("state machine model: %d cases, %d steps, %d batches, %d records parked and taken back, %d of them parked from memory to make room",
+		cases, steps, batches, unparked, evicted)
 	if unparked == 0 {
 		t.Fatal("no record was parked and taken back: the cases do not exercise parking")
+	}
+	if evicted == 0 {
+		t.Fatal("no record was parked from memory: the cases do not exercise a starved full window")
 	}
 }

@@ -9,6 +9,9 @@ import (
 
 // stuck builds a machine where key "s" holds the watermark at offset 0
 // (dispatched, never answered) while keys "a".."c" and "s" keep coming.
+// A key parks what comes beyond ParkAfter once the window is full and
+// nothing is ready to send, or beyond its refill cap (a tenth of the
+// window, at least four times ParkAfter): the tests use small windows.
 func stuckPartition(t *testing.T, parkAfter int, window int64) (*Machine[string], *Entry[string]) {
 	t.Helper()
 	m := newMachine(t, Config{MaxWindow: window, ParkAfter: parkAfter, ParkedBytes: 8})
@@ -42,12 +45,10 @@ func TestStuckKeyParksAndOtherKeysKeepFlowingPastTheWindow(t *testing.T) {
 	if got := m.Next(); got != 101 {
 		t.Fatalf("fetch position %d, want 101: the window stopped the fetch", got)
 	}
-	// "s" holds its head (out) and offset 4 in memory; 8..100 are parked.
-	if got := m.Parked(); got != 24 {
-		t.Fatalf("parked %d, want 24", got)
-	}
-	if got := len(m.pending); got != 2 {
-		t.Fatalf("%d records in memory, want 2 (the stuck head and one behind it)", got)
+	// "s" holds at most its refill cap in memory (max(4×2, 10/10) = 8,
+	// its head among them); the rest of its 26 records are parked.
+	if got := len(m.pending); got > 8 || m.Parked() != int64(26-got) {
+		t.Fatalf("%d records in memory, %d parked; want at most 8 in memory, the rest of 26 parked", got, m.Parked())
 	}
 	if got := m.Pending(); got != 26 {
 		t.Fatalf("pending %d, want 26", got)
@@ -61,10 +62,12 @@ func TestStuckKeyParksAndOtherKeysKeepFlowingPastTheWindow(t *testing.T) {
 }
 
 func TestParkedRecordsComeBackInOrderWhenTheKeyFreesUp(t *testing.T) {
-	m, head := stuckPartition(t, 2, 100)
+	m, head := stuckPartition(t, 2, 3)
 	m.Offer(recs("1:s", "2:a", "3:s", "4:s", "5:b", "6:s", "7:s"))
-	for _, e := range drainReady(t, m) {
-		m.Done(e, true) // a and b
+	for range 2 {
+		for _, e := range drainReady(t, m) {
+			m.Done(e, true) // a, then b
+		}
 	}
 	if got := m.Parked(); got != 4 {
 		t.Fatalf("parked %d, want 4 (3, 4, 6, 7)", got)
@@ -83,12 +86,12 @@ func TestParkedRecordsComeBackInOrderWhenTheKeyFreesUp(t *testing.T) {
 	}
 	// A fetch made again from an earlier position, repeated and with a
 	// record out of turn: only the next parked ones are taken, in turn.
-	if got := m.Unpark(recs("0:s", "2:a", "4:s", "3:s", "3:s", "4:s", "5:b", "6:s")); got != 3 {
-		t.Fatalf("took %d, want 3 (3, 4, 6: the first 4 came before 3)", got)
+	if got := m.Unpark(recs("0:s", "2:a", "4:s", "3:s", "3:s", "4:s", "5:b", "6:s")); got != 2 {
+		t.Fatalf("took %d, want 2 (3 and 4: the first 4 came before 3; then the window of 3 is full)", got)
 	}
 	m.Done(one[0], true)
 	if got := m.Unpark(recs("4:s", "5:b", "6:s", "7:s")); got != 1 {
-		t.Fatalf("took %d, want 1 (7)", got)
+		t.Fatalf("took %d, want 1 (6, filling the window again)", got)
 	}
 	var order []int64
 	for range 10 {
@@ -113,7 +116,7 @@ func TestParkedRecordsComeBackInOrderWhenTheKeyFreesUp(t *testing.T) {
 }
 
 func TestWatermarkHeldByAParkedRecordNamesItsKey(t *testing.T) {
-	m, head := stuckPartition(t, 1, 100)
+	m, head := stuckPartition(t, 1, 1)
 	m.Offer(recs("1:s", "2:s"))
 	m.Done(head, true)
 	// 1 and 2 were parked (the key held its head); now nothing of "s" is
@@ -128,7 +131,7 @@ func TestWatermarkHeldByAParkedRecordNamesItsKey(t *testing.T) {
 }
 
 func TestInjectedRecordBehindParkedOnesWaitsForThem(t *testing.T) {
-	m, head := stuckPartition(t, 1, 100)
+	m, head := stuckPartition(t, 1, 1)
 	m.Offer(recs("1:s"))
 	x := m.Inject([]byte("s"), "redrive")
 	m.Offer(recs("2:s"))
@@ -160,7 +163,7 @@ func TestInjectedRecordBehindParkedOnesWaitsForThem(t *testing.T) {
 
 func TestParkBudgetBoundsParkedRecords(t *testing.T) {
 	b, _ := NewMemoryBudget(3 * 8)
-	m := newMachine(t, Config{MaxWindow: 100, ParkAfter: 1, ParkedBytes: 8, ParkBudget: b})
+	m := newMachine(t, Config{MaxWindow: 1, ParkAfter: 1, ParkedBytes: 8, ParkBudget: b})
 	m.Claim(nil)
 	m.Offer(recs("0:s", "1:s", "2:s", "3:s", "4:s", "5:a"))
 	drainReady(t, m)
@@ -185,14 +188,18 @@ func itoa(i int) string {
 }
 
 func TestExpiringRecordsGoOutOfTheirKeysTurn(t *testing.T) {
-	m, head := stuckPartition(t, 2, 100)
+	m, head := stuckPartition(t, 2, 5)
 	t0 := time.Unix(1_700_000_000, 0)
 	rs := recs("1:s", "2:s", "3:s", "4:s", "5:a")
 	for i := range rs {
 		rs[i].Time = t0.Add(time.Duration(i) * time.Second)
 	}
 	m.Offer(rs)
-	drainReady(t, m) // 5 (key a) goes; 1 waits behind the head; 2, 3, 4 are parked
+	// 1..4 fill the window; 2, 3 and 4 are parked to make room for 5
+	// (key a), which goes; 1 waits behind the head.
+	for _, e := range drainReady(t, m) {
+		m.Done(e, true)
+	}
 	if m.Parked() != 3 {
 		t.Fatalf("parked %d, want 3", m.Parked())
 	}
@@ -233,7 +240,7 @@ func TestExpiringRecordsGoOutOfTheirKeysTurn(t *testing.T) {
 }
 
 func TestParkedRecordsBelowTheLogStartAreCountedLost(t *testing.T) {
-	m, head := stuckPartition(t, 1, 100)
+	m, head := stuckPartition(t, 1, 2)
 	m.Offer(recs("1:s", "2:s", "3:s", "4:a"))
 	for _, e := range drainReady(t, m) {
 		m.Done(e, true) // 4
@@ -276,32 +283,114 @@ func TestConflationDeliversOnlyAKeysNewestRecordWhenItFreesUp(t *testing.T) {
 }
 
 func TestRereadAfterKeepsAPassGoingWhileAKeyHasRoom(t *testing.T) {
-	m, head := stuckPartition(t, 2, 100) // refill cap max(8, 10) = 10
+	m, head := stuckPartition(t, 2, 10) // refill cap max(4×2, 10/10) = 8
 	var specs []string
 	for o := 1; o <= 30; o++ {
 		specs = append(specs, itoa(o)+":s")
 	}
 	m.Offer(recs(specs...))
+	if m.Parked() != 23 {
+		t.Fatalf("parked %d, want 23 (8..30: the key holds its refill cap, 0..7)", m.Parked())
+	}
 	m.Done(head, true)
-	one := drainReady(t, m) // 1 goes; 2..30 are parked
-	if m.Reread() != 2 {
-		t.Fatalf("reread from %d, want 2", m.Reread())
+	var last *Entry[string]
+	for range 6 { // 1..6 go; 7 is left in memory
+		out := drainReady(t, m)
+		last = out[0]
+		if m.Reread() != -1 {
+			t.Fatalf("reread from %d while the key holds %d records", m.Reread(), 8-last.Offset)
+		}
+		m.Done(last, true)
 	}
-	m.Unpark(recs("2:s", "3:s", "4:s"))
-	// Above half its cap (2) in memory: no new pass would start, but one
-	// that reached 5 goes on, up to the refill cap.
+	seven := drainReady(t, m)
+	if m.Reread() != 8 {
+		t.Fatalf("reread from %d, want 8", m.Reread())
+	}
+	m.Unpark(recs("8:s", "9:s", "10:s"))
+	// Above half its ParkAfter (1) in memory: no new pass would start, but
+	// one that reached 11 goes on, up to the refill cap.
 	if got := m.Reread(); got != -1 {
-		t.Fatalf("reread from %d, want -1 (the key holds 4, over half its cap of 2)", got)
+		t.Fatalf("reread from %d, want -1 (the key holds 4, over half of 2)", got)
 	}
-	if got := m.RereadAfter(5); got != 5 {
-		t.Fatalf("reread after 5: %d, want 5", got)
+	if got := m.RereadAfter(11); got != 11 {
+		t.Fatalf("reread after 11: %d, want 11", got)
 	}
-	if got := m.RereadAfter(6); got != -1 {
-		t.Fatalf("reread after 6: %d, want -1 (the key wants 5, behind)", got)
+	if got := m.RereadAfter(12); got != -1 {
+		t.Fatalf("reread after 12: %d, want -1 (the key wants 11, behind)", got)
 	}
-	m.Unpark(recs("5:s", "6:s", "7:s", "8:s", "9:s", "10:s", "11:s"))
-	if got := m.RereadAfter(11); got != -1 {
-		t.Fatalf("reread after 11: %d, want -1 (the key holds its refill cap)", got)
+	m.Unpark(recs("11:s", "12:s", "13:s", "14:s", "15:s"))
+	if got := m.RereadAfter(15); got != -1 {
+		t.Fatalf("reread after 15: %d, want -1 (the key holds its refill cap)", got)
 	}
-	m.Done(one[0], true)
+	m.Done(seven[0], true)
+}
+
+// A node that is merely behind keeps its keys' records in memory: while
+// records are ready to send, a full window pauses the fetch and nothing
+// is parked, so nothing is read twice.
+func TestFullWindowWithRecordsReadyPausesWithoutParking(t *testing.T) {
+	m2 := newMachine(t, Config{MaxWindow: 10, ParkAfter: 2})
+	m2.Claim(nil)
+	var specs []string
+	for o := range 30 {
+		specs = append(specs, itoa(o)+":"+[]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}[o%12])
+	}
+	m2.Offer(recs(specs...))
+	// 10 records of 10 keys in memory, every one of them ready: the fetch
+	// pauses, nothing parks.
+	if m2.Parked() != 0 || !m2.Paused() || m2.Backlog() != 20 {
+		t.Fatalf("parked %d, paused %v, backlog %d; want 0, true, 20", m2.Parked(), m2.Paused(), m2.Backlog())
+	}
+	out := drainReady(t, m2)
+	if len(out) != 10 {
+		t.Fatalf("dispatched %d, want 10", len(out))
+	}
+	// All ten are out now: nothing ready, and no key holds more than
+	// ParkAfter, so there is nothing to park either: the fetch waits.
+	if m2.Parked() != 0 || m2.Backlog() != 20 {
+		t.Fatalf("parked %d, backlog %d; want 0 and 20", m2.Parked(), m2.Backlog())
+	}
+	for _, e := range out {
+		m2.Done(e, true)
+	}
+	if m2.Parked() != 0 || m2.Backlog() != 10 {
+		t.Fatalf("parked %d, backlog %d after the acks; want 0 and 10", m2.Parked(), m2.Backlog())
+	}
+}
+
+// A stuck key whose records fill the window while nothing else is ready
+// parks its tail (down to ParkAfter) the moment another key's record
+// arrives, and that record goes.
+func TestStarvedFullWindowParksTheLongKeysTail(t *testing.T) {
+	m, head := stuckPartition(t, 2, 10) // refill cap max(4×2, 10/10) = 8
+	m.Offer(recs("1:s", "2:s", "3:s", "4:s", "5:s", "6:s", "7:s", "8:b", "9:b"))
+	if m.Parked() != 0 || len(m.pending) != 10 {
+		t.Fatalf("parked %d, in memory %d; want 0 and 10", m.Parked(), len(m.pending))
+	}
+	b := drainReady(t, m) // 8; then nothing is ready
+	m.Offer(recs("10:a"))
+	a := drainReady(t, m)
+	if diff := cmp.Diff([]int64{10}, offsetsOf(a)); diff != "" {
+		t.Fatalf("dispatched (-want +got):\n%s", diff)
+	}
+	// s keeps its head and one more in memory; 2..7 are parked, before
+	// anything it parks later, and come back first. b holds no more than
+	// ParkAfter: it keeps its records.
+	if m.Parked() != 6 || m.Evicted() != 6 || len(m.pending) != 5 {
+		t.Fatalf("parked %d (from memory %d), in memory %d; want 6, 6, 5", m.Parked(), m.Evicted(), len(m.pending))
+	}
+	m.Offer(recs("11:s"))
+	for _, e := range append(a, b...) {
+		m.Done(e, true)
+	}
+	m.Done(head, true)
+	if diff := cmp.Diff([]int64{9, 1}, offsetsOf(drainReady(t, m))); diff != "" {
+		t.Fatalf("after the head (-want +got):\n%s", diff)
+	}
+	if got := m.Reread(); got != 2 {
+		t.Fatalf("reread from %d, want 2", got)
+	}
+	if took := m.Unpark(recs("2:s", "3:s", "4:s", "5:s", "6:s", "7:s", "11:s")); took != 7 {
+		t.Fatalf("took %d back, want 7 (2..7, then 11)", took)
+	}
 }

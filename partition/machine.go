@@ -264,9 +264,10 @@ type Machine[P any] struct {
 	held int64
 	// parkedLanes are the lanes with parked records; parked counts those
 	// records, parkHeld what they reserve of the ParkBudget. A lane
-	// holding laneCap records in memory parks its later ones; Unpark
-	// fills it up to refillCap, so that one fetch made again serves many
-	// of its records.
+	// holding refillCap records in memory parks its later ones, and one
+	// holding more than laneCap when the window is full and nothing is
+	// ready parks its tail too; Unpark fills it up to refillCap, so that
+	// one fetch made again serves many of its records.
 	parkedLanes map[*lane[P]]struct{}
 	parked      int64
 	parkHeld    int64

@@ -162,7 +162,17 @@ func (r *results) evaluate() {
 		if kh1 != nil {
 			id := ideal(s1.Scenario)
 			x := kh1.Rate / id
-			r.add("1", "keyhook ≥ 0.9× in-flight÷latency", x >= 0.9, "%.2f× (%.0f of %.0f rec/s)%s", x, kh1.Rate, id, noisy(kh1))
+			r.add("1", "keyhook ≥ 0.95× in-flight÷latency", x >= 0.95, "%.2f× (%.0f of %.0f rec/s)%s", x, kh1.Rate, id, noisy(kh1))
+		}
+		const pcGoal = "keyhook ≥ 3× Parallel Consumer (same max_in_flight)"
+		switch pc := s1.run(cParallel.Name); {
+		case kh1 == nil || pc == nil:
+		case pc.Outcome == outcomeSkipped:
+			r.missing("1", pcGoal, strings.Join(pc.Notes, "; "))
+		case pc.Rate > 0:
+			x := kh1.Rate / pc.Rate
+			r.add("1", pcGoal, x >= 3, "%.2f× (%.0f vs %.0f rec/s; CPU per record %.1f vs %.1f µs)%s",
+				x, kh1.Rate, pc.Rate, kh1.CPUPerRecordUS, pc.CPUPerRecordUS, noisy(kh1, pc))
 		}
 	}
 	for _, id := range []string{"2a", "2b"} {

@@ -48,3 +48,34 @@ func TestScenarioThreeJudgesTheStretchOnTheCommandsSent(t *testing.T) {
 		})
 	}
 }
+
+// Scenario 1 judges keyhook against the Parallel Consumer at the same
+// max_in_flight when it ran, and says why not when it was skipped.
+func TestScenarioOneJudgesKeyhookAgainstTheParallelConsumer(t *testing.T) {
+	const goal = "keyhook ≥ 3× Parallel Consumer (same max_in_flight)"
+	for _, tt := range []struct {
+		name   string
+		pc     *runResult
+		status string
+		text   string
+	}{
+		{"three times", &runResult{Contender: cParallel, Rate: 5000, CPUPerRecordUS: 300}, statusPass, "3.05× (15250 vs 5000 rec/s; CPU per record 56.0 vs 300.0 µs)"},
+		{"short of it", &runResult{Contender: cParallel, Rate: 6220, CPUPerRecordUS: 268}, statusMiss, "2.45× (15250 vs 6220 rec/s; CPU per record 56.0 vs 268.0 µs)"},
+		{"skipped", &runResult{Contender: cParallel, Outcome: outcomeSkipped, Notes: []string{"skipped: java not found"}}, statusNA, "skipped: java not found"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kh := &runResult{Contender: cKey, Rate: 15250, CPUPerRecordUS: 56}
+			r := &results{Scenarios: []*scenarioResult{{ID: "1", Runs: []*runResult{kh, tt.pc}}}}
+			r.evaluate()
+			for _, tg := range r.Targets {
+				if tg.Goal == goal {
+					if tg.Status != tt.status || tg.Measured != tt.text {
+						t.Errorf("target = %+v; want %s, %q", tg, tt.status, tt.text)
+					}
+					return
+				}
+			}
+			t.Errorf("no %q target in %+v", goal, r.Targets)
+		})
+	}
+}

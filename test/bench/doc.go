@@ -1,7 +1,8 @@
 // Command bench measures keyhook against what users run today and against
 // what the machine allows, on one machine, in one process tree.
 //
-//	go run ./test/bench                      # every scenario, ~10–15 minutes on 2 cores
+//	go run ./test/bench                      # every scenario, ~15 minutes on 2 cores
+//	go run ./test/bench -kafka kfake         # on franz-go's in-process Kafka, no Java needed
 //	go run ./test/bench -scenarios 1,3       # some of them (2 is 2a and 2b)
 //	go run ./test/bench -scenarios 6         # key-range sharing alone: 1 to 4 nodes on 1 partition
 //	go run ./test/bench -scenarios 7 -out test/bench/results/stuck   # the stuck key, ~25 minutes
@@ -15,8 +16,11 @@
 // -flush-interval (tracking flushes) and -idle-conns (the webhooks
 // client's idle connection pool).
 //
-// The parent process owns the shared parts: a Kafka (franz-go's kfake in
-// process, or the broker named by KEYHOOK_TEST_KAFKA_BROKERS), a real
+// The parent process owns the shared parts: a Kafka (-kafka auto, the
+// default: the broker named by KEYHOOK_TEST_KAFKA_BROKERS, else a real
+// single-node broker it starts with scripts/kafka.sh when java and mvn are
+// on PATH, which the Parallel Consumer needs, else franz-go's kfake in
+// process; -quick always uses kfake), a real
 // redis-server it starts itself, an HTTP sink whose latency distribution,
 // error rate and one hot, slow or failing key are configurable, and the
 // producer that preloads each scenario's records. Every contender runs as
@@ -29,8 +33,9 @@
 //     --roles dispatcher builds it (the real tracking store on the real
 //     redis-server, the real webhooks.Client), with ordering key,
 //     partition and none;
-//   - ceiling A: the same webhooks.Client posting the same requests with the
-//     same concurrency, without Kafka or Redis;
+//   - ceiling A: the same webhooks.Client (its http1 client, for the
+//     sink's plain http) posting the same requests with the same
+//     concurrency, without Kafka or Redis: the best this Go client does;
 //   - ceiling B: consuming the same records without HTTP;
 //   - Parallel Consumer: Confluent's parallel-consumer-core 0.5.3.2 on the
 //     JVM (test/bench/pc, built with Maven when java and mvn are on PATH,

@@ -129,7 +129,11 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 	}
 	p := c.pool(r.Addr)
 	for try := 0; ; try++ {
-		cn, reused := p.get(c.cfg.IdleTimeout), true
+		var cn *conn
+		reused := try == 0 // a retry takes a new connection
+		if reused {
+			cn = p.get(c.cfg.IdleTimeout)
+		}
 		if cn == nil {
 			var err error
 			if cn, err = c.dial(ctx, deadline, r.Addr); err != nil {
@@ -147,8 +151,12 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 			return resp, nil
 		}
 		cn.close()
-		if reused && try == 0 && cn.answered == 0 && ctx.Err() == nil && !isTimeout(err) {
-			continue // closed by the endpoint while idle: nothing was answered
+		if reused && cn.answered == 0 && ctx.Err() == nil && !isTimeout(err) {
+			// Closed by the endpoint while idle, nothing answered: those
+			// idle for as long are likely closed too (an endpoint's idle
+			// timeout, or its restart).
+			p.closeIdleSince(cn.idleAt)
+			continue
 		}
 		return Response{}, err
 	}

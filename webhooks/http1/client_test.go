@@ -261,6 +261,32 @@ func TestConnectionsClosedWhileIdleAreReplaced(t *testing.T) {
 	}
 	t.Logf("%d dials for 5 requests on connections closed after each answer", dials.n.Load())
 
+	// Several idle connections, all closed by the endpoint (its idle
+	// timeout, a restart): the next request costs one new connection, not
+	// one failure per stale connection.
+	ep2 := serveScripted(t, func(int64) string {
+		time.Sleep(20 * time.Millisecond) // keep the three requests on three connections
+		return "HTTP/1.1 204 No Content\r\n\r\n"
+	}, func(int64) bool { return true })
+	c2, dials2 := newClient(t, http1.Config{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if _, err := post(t, c2, ep2.addr(), "{}"); err != nil {
+				t.Errorf("warm-up: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(20 * time.Millisecond)
+	warm := dials2.n.Load()
+	if _, err := post(t, c2, ep2.addr(), "{}"); err != nil {
+		t.Fatalf("request after the endpoint closed %d idle connections: %v", warm, err)
+	}
+	if got := dials2.n.Load() - warm; got != 1 {
+		t.Errorf("the request after %d stale connections dialled %d, want 1", warm, got)
+	}
+
 	silent := serveScripted(t, func(int64) string { return "" }, func(int64) bool { return true })
 	if _, err := post(t, c, silent.addr(), "{}"); err == nil {
 		t.Fatal("Post to an endpoint closing without an answer succeeded")

@@ -77,6 +77,20 @@ func (p *pool) reap(timeout time.Duration) {
 	p.reaper.Reset(timeout - now.Sub(p.idle[0].idleAt))
 }
 
+// closeIdleSince closes the idle connections that went idle at t or
+// before: the bottom of the pool.
+func (p *pool) closeIdleSince(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for n < len(p.idle) && !p.idle[n].idleAt.After(t) {
+		p.idle[n].close()
+		n++
+	}
+	p.idle = append(p.idle[:0], p.idle[n:]...)
+	clear(p.idle[len(p.idle):cap(p.idle)])
+}
+
 // closeAll closes every idle connection.
 func (p *pool) closeAll() {
 	p.mu.Lock()

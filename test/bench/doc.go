@@ -5,7 +5,7 @@
 //	go run ./test/bench -kafka kfake         # on franz-go's in-process Kafka, no Java needed
 //	go run ./test/bench -scenarios 1,3       # some of them (2 is 2a and 2b)
 //	go run ./test/bench -scenarios 6         # key-range sharing alone: 1 to 4 nodes on 1 partition
-//	go run ./test/bench -scenarios 7 -out test/bench/results/stuck   # the stuck key, ~25 minutes
+//	go run ./test/bench -kafka kfake -scenarios 7 -out test/bench/results/stuck   # the stuck key, ~25 minutes
 //	go run ./test/bench -quick               # a CI-sized smoke run
 //	go run ./test/bench -records 20000       # override every scenario's record count
 //	go run ./test/bench -contenders key,ceiling-a -profile   # pprof of the keyhook runs

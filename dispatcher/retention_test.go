@@ -234,4 +234,3 @@ func countRecords(t *testing.T, brokers []string, topic string) int64 {
 	o, _ := ends.Lookup(topic, 0)
 	return o.Offset
 }
-

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -244,6 +245,9 @@ type producer struct {
 	cl    *kgo.Client
 	data  *dataset
 	topic string
+	// acked, when set (trackAcks), holds per record how long its produce
+	// took to be acknowledged, in ns: the broker had appended it by then.
+	acked []atomic.Int64
 
 	mu  sync.Mutex
 	err error
@@ -268,6 +272,9 @@ func (p *producer) produce(ctx context.Context, id int) {
 	ts := time.Now()
 	r := &kgo.Record{Key: p.data.keyName(p.data.key[id]), Value: p.data.body(id, ts), Timestamp: ts}
 	p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		if err == nil && p.acked != nil {
+			p.acked[id].Store(int64(time.Since(ts)))
+		}
 		if err != nil {
 			p.mu.Lock()
 			if p.err == nil {
@@ -277,6 +284,9 @@ func (p *producer) produce(ctx context.Context, id int) {
 		}
 	})
 }
+
+// trackAcks records the acknowledgement latency of records 0..n-1.
+func (p *producer) trackAcks(n int) { p.acked = make([]atomic.Int64, n) }
 
 // finish flushes what is buffered, closes the client and returns the
 // first produce error.

@@ -146,8 +146,8 @@ func run(ctx context.Context, opts options, command string, progress io.Writer) 
 					return nil, err
 				}
 				res.Paced = p
-				h.logf("  p50 %.1f ms, p99 %.1f ms, from a free key p99 %.1f ms, to the sink p50 %.1f p99 %.1f ms (endpoint p99 %.1f ms, realised %.1f ms), %d attempts without answer, window %d, paused %d",
-					p.P50, p.P99, p.KeyFreeP99, p.ToSinkP50, p.ToSinkP99, p.EndpointP99, p.ServiceP99, p.AttemptErrors, p.MaxWindow, p.PausedMax)
+				h.logf("  p50 %.1f ms, p99 %.1f ms, from a free key p99 %.1f ms, to the sink p50 %.1f p99 %.1f ms (produce acked p50 %.1f p99 %.1f ms; endpoint p99 %.1f ms, realised %.1f ms), %d attempts without answer, window %d, paused %d",
+					p.P50, p.P99, p.KeyFreeP99, p.ToSinkP50, p.ToSinkP99, p.ProduceAckP50, p.ProduceAckP99, p.EndpointP99, p.ServiceP99, p.AttemptErrors, p.MaxWindow, p.PausedMax)
 			}
 		}
 	}

@@ -41,6 +41,12 @@ type pacedResult struct {
 	// dispatch and the client, without the endpoint's own time.
 	ToSinkP50 float64 `json:"to_sink_p50_ms"`
 	ToSinkP99 float64 `json:"to_sink_p99_ms"`
+	// ProduceAckP50/P99 measure from the record's timestamp to the
+	// producer's acknowledgement: the part of the latency spent before the
+	// broker had the record (the producer and the broker's append), which
+	// no consumer can make up.
+	ProduceAckP50 float64 `json:"produce_ack_p50_ms"`
+	ProduceAckP99 float64 `json:"produce_ack_p99_ms"`
 	// WorstPerSecond is the largest e2e latency, in ms, of the records
 	// produced in each second of the run: where a tail comes from.
 	WorstPerSecond []float64 `json:"worst_per_second_ms"`
@@ -87,6 +93,7 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		_, _ = ch.stop(10 * time.Second)
 		return nil, err
 	}
+	p.trackAcks(n)
 	started := time.Now()
 	t := time.NewTicker(2 * time.Millisecond)
 	sent := 0
@@ -132,8 +139,11 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		res.WorstPerSecond = append(res.WorstPerSecond, worst)
 	}
 	skip := int(rate * warmup.Seconds())
-	var lat, free, svc, toSink []int64
+	var lat, free, svc, toSink, acks []int64
 	for i := skip; i < n; i++ {
+		if a := p.acked[i].Load(); a > 0 {
+			acks = append(acks, a)
+		}
 		ok := run.firstOK[i].Load()
 		if ok == 0 {
 			continue
@@ -156,6 +166,12 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 	res.P50, res.P99, res.P999 = notMeasured, notMeasured, notMeasured
 	res.KeyFreeP50, res.KeyFreeP99 = notMeasured, notMeasured
 	res.ServiceP99, res.ToSinkP50, res.ToSinkP99 = notMeasured, notMeasured, notMeasured
+	res.ProduceAckP50, res.ProduceAckP99 = notMeasured, notMeasured
+	if len(acks) > 0 {
+		slices.Sort(acks)
+		res.ProduceAckP50 = float64(percentile(acks, 0.50)) / 1e6
+		res.ProduceAckP99 = float64(percentile(acks, 0.99)) / 1e6
+	}
 	if len(lat) > 0 {
 		for _, v := range [][]int64{lat, free, svc, toSink} {
 			slices.Sort(v)

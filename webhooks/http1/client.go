@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Defaults of Config, applied to fields left at their zero value.
@@ -387,51 +389,20 @@ func (cn *conn) write(r *Request) error {
 	return err
 }
 
-// checkHeaders refuses what would break the request's framing.
+// checkHeaders refuses what would break the request's framing, by the
+// rules net/http's own writer applies (httpguts).
 func checkHeaders(h http.Header) error {
 	for k, vs := range h {
-		if !isToken(k) {
+		if !httpguts.ValidHeaderFieldName(k) {
 			return fmt.Errorf("%w: name %q is not a token", ErrInvalidHeader, k)
 		}
 		for _, v := range vs {
-			if hasControl(v) {
+			if !httpguts.ValidHeaderFieldValue(v) {
 				return fmt.Errorf("%w: %s has a value with control characters", ErrInvalidHeader, k)
 			}
 		}
 	}
 	return nil
-}
-
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isTokenByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func isTokenByte(c byte) bool {
-	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
-}
-
-func hasControl(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
-			return true
-		}
-	}
-	return false
 }
 
 // trimSpace trims the spaces and tabs net/http trims from header values.

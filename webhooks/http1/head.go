@@ -3,6 +3,8 @@ package http1
 import (
 	"bufio"
 	"bytes"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // head is what an answer's status line and headers say, as far as an
@@ -117,7 +119,7 @@ func tokenOnly(b []byte) bool {
 		return false
 	}
 	for _, c := range b {
-		if !isTokenByte(c) {
+		if !httpguts.IsTokenRune(rune(c)) {
 			return false
 		}
 	}

@@ -134,13 +134,7 @@ func TestFlushManyRejectsAnInvalidKeyAlone(t *testing.T) {
 // scripts again on every node that forgot them.
 func TestFlushManyOnRedisClusterSpansNodes(t *testing.T) {
 	ctx := context.Background()
-	cluster := testutil.StartRedisCluster(t, 3)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(rdb, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, rdb := newClusterStore(t)
 	var fs []PartitionFlush
 	var rs []PartitionRelease
 	for p := range int32(16) {
@@ -180,4 +174,18 @@ func TestFlushManyOnRedisClusterSpansNodes(t *testing.T) {
 			t.Errorf("%s stored watermark %d owner %q; want %d, released", f.Key, p.Watermark, p.Owner, f.Flush.Watermark)
 		}
 	}
+}
+
+// newClusterStore returns a Store on a 3-node Redis Cluster of its own,
+// and the cluster client it uses.
+func newClusterStore(t *testing.T) (*Store, *redis.ClusterClient) {
+	t.Helper()
+	cluster := testutil.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, rdb
 }

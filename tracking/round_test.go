@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/keyhook/keyhook/internal/keyspace"
-	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/tracking/offsets"
 	"github.com/redis/go-redis/v9"
 )
@@ -271,13 +270,7 @@ func TestFlushGroupsFollowWhatAScriptMayTouch(t *testing.T) {
 // partition is written; a fenced one fails alone.
 func TestFlushRoundOnRedisClusterGroupsBySlot(t *testing.T) {
 	ctx := context.Background()
-	cluster := testutil.StartRedisCluster(t, 3)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(rdb, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, rdb := newClusterStore(t)
 	// Two partitions sharing a slot, and eight others.
 	bySlot := map[int]int32{}
 	var parts []int32

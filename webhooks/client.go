@@ -619,7 +619,7 @@ func (c *Client) transportHTTP1(ctx context.Context, cl *call) {
 			a.Err = fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 		case ctx.Err() != nil:
 			a.Err = &url.Error{Op: "Post", URL: redactURL(r.URL), Err: ctx.Err()}
-		case http1IsTimeout(err):
+		case http1.IsTimeout(err):
 			a.Err = fmt.Errorf("webhooks: attempt timed out after %s: %w", timeout,
 				&url.Error{Op: "Post", URL: redactURL(r.URL), Err: context.DeadlineExceeded})
 		default:
@@ -632,12 +632,6 @@ func (c *Client) transportHTTP1(ctx context.Context, cl *call) {
 		a.RetryAfter = ParseRetryAfter(resp.RetryAfter, c.clock.Now())
 	}
 	a.Body, a.BodyTruncated = resp.Body, resp.Truncated
-}
-
-// http1IsTimeout reports an attempt the deadline ended.
-func http1IsTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // checkHeaders refuses what the transport would refuse at every attempt:

@@ -153,7 +153,7 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 			return resp, nil
 		}
 		cn.close()
-		if reused && cn.answered == 0 && ctx.Err() == nil && !isTimeout(err) {
+		if reused && cn.answered == 0 && ctx.Err() == nil && !IsTimeout(err) {
 			// Closed by the endpoint while idle, nothing answered: those
 			// idle for as long are likely closed too (an endpoint's idle
 			// timeout, or its restart).
@@ -416,7 +416,8 @@ func trimSpace(s string) string {
 	return s
 }
 
-func isTimeout(err error) bool {
+// IsTimeout reports an error of Post that its deadline caused.
+func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

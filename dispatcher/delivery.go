@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keyhook/keyhook/deadletter"
@@ -84,13 +83,10 @@ func (g *group) newFlight(w *worker, rec *record, ended *webhooks.Result) *fligh
 	f.ctx, f.span = g.startDelivery(w.attemptCtx, rec, f.id)
 	fillMessage(&f.msg, f.attrs[:0], f.headers[:0], g.sub, rec.Payload, f.id, g.opts.source(rec.Payload.Topic))
 	f.req, f.reqErr = g.ep.Render(&f.msg)
-	if f.req != nil {
-		// The endpoint continues the delivery's trace (the sender replaces
-		// this with its attempt span's context when it traces too).
-		g.tel.prop.Inject(f.ctx, propagation.HeaderCarrier(f.req.Header))
-		if f.span.IsRecording() {
-			f.req.SpanAttributes = attemptAttrs(g, rec, f.id)
-		}
+	// The endpoint continues the delivery's trace: the sender writes the
+	// trace context of f.ctx, or of its attempt span, into each attempt.
+	if f.req != nil && f.span.IsRecording() {
+		f.req.SpanAttributes = attemptAttrs(g, rec, f.id)
 	}
 	return f
 }
@@ -281,14 +277,8 @@ func (g *group) newBatchFlight(w *worker, recs []*record) *batchFlight {
 		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
 	b := &batchFlight{g: g, w: w, recs: recs, ctx: ctx, span: span}
 	b.br = webhooks.NewBatchRetries(&webhooks.BatchDelivery{
-		Messages: batchMessages(g.sub, recs),
-		Render: func(ms []*webhooks.Message) (*webhooks.Request, error) {
-			req, err := g.ep.RenderBatch(ms)
-			if err == nil {
-				g.tel.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-			}
-			return req, err
-		},
+		Messages:    batchMessages(g.sub, recs),
+		Render:      g.ep.RenderBatch,
 		OnAttempt:   func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) },
 		OnDelivered: func(i int) { g.ackBatched(ctx, w, recs[i]) },
 	}, g.ep.Policy(), nil)

@@ -20,7 +20,8 @@ import (
 // Sender sends requests; webhooks.Client implements it. The delivery pool
 // makes each attempt itself (Attempt, under a webhooks.Retries) so that a
 // record waiting for a retry holds no slot; a redelivery, alone, lets
-// Deliver retry.
+// Deliver retry. The sender carries ctx's trace context to the endpoint
+// (webhooks.Client writes it, or its attempt span's, into every attempt).
 type Sender interface {
 	Attempt(ctx context.Context, r *webhooks.Request, n int) (webhooks.Attempt, error)
 	Deliver(ctx context.Context, r *webhooks.Request, p webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result

@@ -159,6 +159,12 @@ type Client struct {
 	creds *credentialCache
 	// goodURLs are endpoint URLs that passed the check of every attempt.
 	goodURLs urlChecks
+	// calls recycles the calls the http1 client sent, their header map
+	// with them: a call and its map were five allocations of every
+	// attempt. A call net/http sent is left to the collector, since
+	// net/http may hold its header beyond the attempt (an HTTP/2 stream,
+	// a redirect being followed).
+	calls sync.Pool
 }
 
 // maxGoodURLs bounds a client's urlChecks: URLs come and go with
@@ -374,13 +380,18 @@ type call struct {
 	http *http.Client
 	// url is the request's URL, parsed.
 	url *endpointURL
-	// attempt is what a points to, owned the values of the headers the
-	// client owns and h1 the request of the http1 client: allocated with
-	// the call rather than each on its own, since every attempt makes a
-	// call.
-	attempt Attempt
-	owned   [4]string
-	h1      http1.Request
+	// attempt is what a points to and h1 the request of the http1
+	// client: allocated with the call rather than each on its own, since
+	// every attempt makes a call. owned sets the headers the client owns
+	// (Content-Type, User-Agent, the attempt, the signature, the trace
+	// context), their values kept in ownedVals while they fit.
+	attempt   Attempt
+	owned     headerSet
+	ownedVals [10]string
+	h1        http1.Request
+	// netHTTP is set once net/http was given the header: the call must
+	// not be recycled.
+	netHTTP bool
 }
 
 // handler handles one call.
@@ -472,12 +483,25 @@ type Attempt struct {
 // returning. Send never retries and never waits for a [Limiter]; see
 // [Client.Deliver].
 func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
-	cl := &call{r: r, header: make(http.Header, len(r.Header)+6)}
+	cl, _ := c.calls.Get().(*call)
+	if cl == nil {
+		cl = &call{header: make(http.Header, len(r.Header)+6)}
+	}
+	cl.r = r
 	cl.attempt = Attempt{Number: attempt, Started: c.clock.Now()}
 	cl.a = &cl.attempt
 	c.attempt(ctx, cl)
 	cl.a.Duration = c.clock.Now().Sub(cl.a.Started)
-	return cl.attempt
+	a := cl.attempt
+	if !cl.netHTTP {
+		// Nothing holds the call any more: the http1 client is done with
+		// the header when Post returns, and a refused request never left.
+		h := cl.header
+		clear(h)
+		*cl = call{header: h}
+		c.calls.Put(cl)
+	}
+	return a
 }
 
 // timeout is the attempt timeout of r: its own, else the client's.
@@ -514,12 +538,12 @@ func (c *Client) prepared(next handler) handler {
 		if ct == "" {
 			ct = octetStream
 		}
-		owned := headerSet{h: cl.header, vals: cl.owned[:0]}
-		owned.set("Content-Type", ct)
-		owned.set("User-Agent", c.cfg.UserAgent)
-		owned.set(canonicalAttempt, strconv.Itoa(cl.a.Number))
+		cl.owned = headerSet{h: cl.header, vals: cl.ownedVals[:0]}
+		cl.owned.set("Content-Type", ct)
+		cl.owned.set("User-Agent", c.cfg.UserAgent)
+		cl.owned.set(canonicalAttempt, strconv.Itoa(cl.a.Number))
 		if r.DeliveryID != "" {
-			owned.set(canonicalWebhookID, r.DeliveryID)
+			cl.owned.set(canonicalWebhookID, r.DeliveryID)
 		}
 		next(ctx, cl)
 	}
@@ -554,6 +578,7 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 		return
 	}
 	req.Header = cl.header
+	cl.netHTTP = true
 	if cl.finish != nil {
 		if err := cl.finish(req); err != nil {
 			a.Err = err

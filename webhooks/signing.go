@@ -162,6 +162,12 @@ type Signer struct {
 // (five minutes is usual), so sign each attempt when it is sent, as
 // [Client.Send] does, never once per delivery.
 func (s *Signer) Sign(id string, ts time.Time, body []byte, h http.Header) {
+	hs := headerSet{h: h, vals: make([]string, 0, 3)}
+	s.sign(id, ts, body, &hs)
+}
+
+// sign is Sign into hs.
+func (s *Signer) sign(id string, ts time.Time, body []byte, hs *headerSet) {
 	// The timestamp and the signatures are written into one string and
 	// cut from it: every attempt is signed, and each piece on its own
 	// would cost an allocation.
@@ -181,11 +187,10 @@ func (s *Signer) Sign(id string, ts time.Time, body []byte, h http.Header) {
 		signed++
 	}
 	vals := string(b)
-	hs := headerSet{h: h, vals: make([]string, 0, 3)}
 	hs.set(canonicalWebhookID, id)
 	hs.set(canonicalWebhookTimestamp, vals[:unixEnd])
 	if signed == 0 {
-		delete(h, canonicalWebhookSignature)
+		delete(hs.h, canonicalWebhookSignature)
 		return
 	}
 	hs.set(canonicalWebhookSignature, vals[unixEnd:])
@@ -206,7 +211,7 @@ func signed(next handler) handler {
 				cl.a.Err = fmt.Errorf("%w: a signed request needs a delivery id", ErrInvalidRequest)
 				return
 			}
-			r.Signer.Sign(r.DeliveryID, cl.a.Started, r.Body, cl.header)
+			r.Signer.sign(r.DeliveryID, cl.a.Started, r.Body, &cl.owned)
 		}
 		next(ctx, cl)
 	}

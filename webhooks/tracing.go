@@ -88,7 +88,36 @@ func (c *Client) traced(next handler) handler {
 // trace context the caller set.
 func (c *Client) propagated(next handler) handler {
 	return func(ctx context.Context, cl *call) {
-		c.prop.Inject(ctx, propagation.HeaderCarrier(cl.header))
+		c.prop.Inject(ctx, ownedCarrier{cl})
 		next(ctx, cl)
 	}
+}
+
+// ownedCarrier is propagation.HeaderCarrier over a call's headers without
+// two allocations per attempt: the propagators' names are lower case,
+// which http.Header.Set would canonicalize into a new string each time,
+// and the value goes into the call's owned values rather than a slice of
+// its own.
+type ownedCarrier struct{ cl *call }
+
+func (o ownedCarrier) Get(key string) string { return o.cl.header.Get(key) }
+
+func (o ownedCarrier) Keys() []string { return propagation.HeaderCarrier(o.cl.header).Keys() }
+
+func (o ownedCarrier) Set(key, value string) {
+	o.cl.owned.set(canonicalPropagated(key), value)
+}
+
+// canonicalPropagated is http.CanonicalHeaderKey(key), without allocating
+// for the names of the W3C propagators.
+func canonicalPropagated(key string) string {
+	switch key {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	case "baggage":
+		return "Baggage"
+	}
+	return http.CanonicalHeaderKey(key)
 }

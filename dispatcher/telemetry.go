@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -39,6 +40,9 @@ var (
 type telemetry struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// noSpans is set when the tracer provider is the no-op one: a
+	// delivery then opens no span.
+	noSpans bool
 
 	fetched      metric.Int64Counter
 	deliveries   metric.Int64Counter
@@ -65,6 +69,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 		tracer: n.cfg.TracerProvider.Tracer(instrumentation),
 		prop:   n.cfg.Propagator,
 	}
+	_, t.noSpans = n.cfg.TracerProvider.(tracenoop.TracerProvider)
 	var err error
 	seconds := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 	must := func(e error) {
@@ -386,6 +391,12 @@ var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindCons
 func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID string) (context.Context, trace.Span) {
 	r := rec.Payload
 	ctx = g.tel.prop.Extract(ctx, recordCarrier{r})
+	if g.tel.noSpans {
+		// The record's trace context travels on as it is, as a span that
+		// records nothing would carry it, without the context such a span
+		// costs on every record.
+		return ctx, trace.SpanFromContext(ctx)
+	}
 	ctx, span := g.tel.tracer.Start(ctx, g.opts.spanName(r.Topic), consumerSpan...)
 	// Attributes cost allocations on every record; only a recorded span
 	// gets them, so tracing off stays nearly free.

@@ -795,7 +795,10 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	case m.cfg.Ordering == OrderPartition:
 		e.lane = m.lane("")
 	case r.Key != nil:
-		e.lane = m.lane(string(r.Key))
+		// Looked up before it is made: the lookup does not copy the key.
+		if e.lane = m.lanes[string(r.Key)]; e.lane == nil {
+			e.lane = m.lane(string(r.Key))
+		}
 	}
 	m.settleWatermark()
 	if e.lane == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/subscription"
@@ -66,7 +67,10 @@ func benchGroup(tb testing.TB, url string) (*group, *worker) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	client, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: limiters})
+	// Telemetry as cmd/keyhook wires it without a traces exporter: the
+	// no-op tracer provider, given to the client too.
+	client, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: limiters,
+		TracerProvider: tracenoop.NewTracerProvider()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -350,7 +350,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	// come after the caller's headers, which they must not follow, and the
 	// trace context last, so the endpoint continues the attempt's span.
 	wrappers := []func(handler) handler{c.traced, c.prepared, c.authenticated, signed, c.propagated}
-	if cfg.TracerProvider == nil {
+	if _, noop := cfg.TracerProvider.(tracenoop.TracerProvider); cfg.TracerProvider == nil || noop {
 		// No spans: a span that records nothing would only carry the
 		// caller's trace context, which the attempt's context carries
 		// already, at the cost of a context per attempt.

@@ -88,7 +88,11 @@ func benchGroup(tb testing.TB, url string) (*group, *worker) {
 	}
 	g := &group{n: n, sub: sub, log: n.log, ep: delivery.New(sub, n.cfg.Retry)}
 	g.initTelemetry()
-	return g, &worker{g: g, attemptCtx: context.Background(), deliverCtx: context.Background()}
+	// Cancellable, as a worker's are: an attempt then watches for the
+	// cancellation.
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	return g, &worker{g: g, attemptCtx: ctx, deliverCtx: ctx}
 }
 
 func benchRecord() *record {

@@ -129,6 +129,9 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 	if err := checkHeaders(r.Header); err != nil {
 		return Response{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return Response{}, err // sent, it would only be cut short
+	}
 	p := c.pool(r.Addr)
 	for try := 0; ; try++ {
 		var cn *conn
@@ -208,6 +211,53 @@ type conn struct {
 	wbuf     []byte
 	answered int
 	idleAt   time.Time
+	// watching is the Done channel of the context whose end cuts this
+	// connection's request short, unwatch stops that, and gen tells a
+	// cut of an earlier watch, already under way, to do nothing. The
+	// watch is kept from request to request while their contexts end
+	// together (a partition's deliveries share one), so that a request
+	// costs no registration with its context: one per request took a
+	// lock of the parent context shared by every request in flight.
+	watching <-chan struct{}
+	unwatch  func() bool
+	mu       sync.Mutex
+	gen      uint64
+}
+
+// watch makes the end of ctx cut the connection's requests short.
+func (cn *conn) watch(ctx context.Context) {
+	done := ctx.Done()
+	if done == cn.watching {
+		return
+	}
+	cn.stopWatch()
+	if done == nil {
+		return
+	}
+	cn.mu.Lock()
+	gen := cn.gen
+	cn.mu.Unlock()
+	cn.watching = done
+	cn.unwatch = context.AfterFunc(ctx, func() {
+		cn.mu.Lock()
+		defer cn.mu.Unlock()
+		if cn.gen == gen {
+			_ = cn.nc.SetDeadline(aLongTimeAgo)
+		}
+	})
+}
+
+// stopWatch ends the connection's watch; a cut already under way does
+// nothing once it returns.
+func (cn *conn) stopWatch() {
+	if cn.unwatch == nil {
+		return
+	}
+	cn.unwatch()
+	cn.unwatch, cn.watching = nil, nil
+	cn.mu.Lock()
+	cn.gen++
+	cn.mu.Unlock()
 }
 
 // Read reads from the connection, counting what the endpoint sent.
@@ -217,7 +267,13 @@ func (cn *conn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-func (cn *conn) close() { _ = cn.nc.Close() }
+// close closes the connection and lets its context go: a context that
+// outlives its requests (a partition's) must not keep closed
+// connections.
+func (cn *conn) close() {
+	cn.stopWatch()
+	_ = cn.nc.Close()
+}
 
 // aLongTimeAgo is a deadline that has passed: setting it interrupts a
 // blocked read or write at once.
@@ -227,22 +283,22 @@ var aLongTimeAgo = time.Unix(1, 0)
 // connection can carry another request.
 func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, drain int64) (resp Response, keep bool, err error) {
 	cn.answered = 0
+	// Watched first: a cut of an earlier watch lands before the deadline
+	// is set, or not at all.
+	cn.watch(ctx)
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return Response{}, false, err
 	}
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(aLongTimeAgo) })
-		defer func() {
-			if !stop() {
-				// Cancelled: the deadline was moved to the past, and the
-				// answer, if any, may be cut short.
-				keep = false
-				if err != nil {
-					err = ctx.Err()
-				}
+	defer func() {
+		if ctx.Err() != nil {
+			// Ended: the deadline may have been moved to the past, and the
+			// answer, if any, cut short.
+			keep = false
+			if err != nil {
+				err = ctx.Err()
 			}
-		}()
-	}
+		}
+	}()
 	if err := cn.write(r); err != nil {
 		return Response{}, false, err
 	}

@@ -436,3 +436,64 @@ func FuzzAnswers(f *testing.F) {
 		}
 	})
 }
+
+// A connection keeps watching the context of its last request while it
+// waits in the pool, so the end of that context may cut it idle. The
+// next request, of another context, must still go out on it, and one of
+// a context that ended must fail with that context's error, whichever
+// context the connection watched.
+func TestAConnectionOutlivesTheContextsOfItsRequests(t *testing.T) {
+	ep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(ep.Close)
+	addr := strings.TrimPrefix(ep.URL, "http://")
+	c, dials := newClient(t, http1.Config{})
+	send := func(ctx context.Context) error {
+		_, err := c.Post(ctx, time.Now().Add(5*time.Second), &http1.Request{Addr: addr, Host: addr, Target: "/"})
+		return err
+	}
+
+	a, cancelA := context.WithCancel(context.Background())
+	if err := send(a); err != nil {
+		t.Fatal(err)
+	}
+	// Twice on one context: the watch is kept, the connection too.
+	if err := send(context.WithValue(a, struct{}{}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	cancelA() // cuts the idle connection's deadline
+	time.Sleep(20 * time.Millisecond)
+	b, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	if err := send(b); err != nil {
+		t.Fatalf("request of a live context on a connection whose last context ended: %v", err)
+	}
+	if err := send(context.Background()); err != nil {
+		t.Fatalf("request without a context to watch: %v", err)
+	}
+	if got := dials.n.Load(); got != 1 {
+		t.Errorf("%d dials, want 1: the connection outlives the contexts", got)
+	}
+	if err := send(context.WithValue(a, struct{}{}, 2)); !errors.Is(err, context.Canceled) {
+		t.Errorf("request of an ended context: err %v, want context.Canceled", err)
+	}
+
+	// Many senders, each with contexts of its own ended as they go, on a
+	// few connections: every request of a live context gets its answer.
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for range 50 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if err := send(ctx); err != nil {
+					failed.Add(1)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of 800 requests of live contexts failed", n)
+	}
+}

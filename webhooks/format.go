@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -318,20 +319,33 @@ var reservedAttributes = map[string]bool{
 // checkAttributes refuses attributes that could not travel as headers or
 // would collide with one another or with the raw format's own headers.
 func checkAttributes(as []Attr) error {
-	seen := make(map[string]bool, len(as))
-	for _, a := range as {
+	// Every record is checked: its few attributes are compared with each
+	// other rather than through a map, which cost more than the rest of
+	// the check.
+	var seen map[string]bool
+	if len(as) > maxAttributesCompared {
+		seen = make(map[string]bool, len(as))
+	}
+	for i, a := range as {
 		name := strings.ToLower(a.Name)
 		switch {
 		case !isToken(a.Name):
 			return invalidMessage("attribute name %q must be an HTTP token", a.Name)
 		case reservedAttributes[name] || strings.HasPrefix(name, "header-"):
 			return invalidMessage("attribute name %q is reserved", a.Name)
-		case seen[name]:
+		case seen != nil && seen[name],
+			seen == nil && slices.ContainsFunc(as[:i], func(b Attr) bool { return strings.EqualFold(b.Name, a.Name) }):
 			return invalidMessage("attribute %q appears twice", a.Name)
 		case !headerSafeString(a.Value):
 			return invalidMessage("attribute %q value must be UTF-8 text without control characters", a.Name)
 		}
-		seen[name] = true
+		if seen != nil {
+			seen[name] = true
+		}
 	}
 	return nil
 }
+
+// maxAttributesCompared is the most attributes checkAttributes compares
+// pairwise; more go through a map.
+const maxAttributesCompared = 16

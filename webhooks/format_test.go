@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -155,6 +156,12 @@ func TestEncodeRefusesBadInputNamingIt(t *testing.T) {
 		{"duplicate attribute", webhooks.FormatRaw, func(m *webhooks.Message) {
 			m.Attributes = []webhooks.Attr{{Name: "topic", Value: "a"}, {Name: "Topic", Value: "b"}}
 		}, `attribute "Topic" appears twice`},
+		{"duplicate among many attributes", webhooks.FormatRaw, func(m *webhooks.Message) {
+			for i := range 20 {
+				m.Attributes = append(m.Attributes, webhooks.Attr{Name: fmt.Sprintf("a%d", i), Value: "x"})
+			}
+			m.Attributes = append(m.Attributes, webhooks.Attr{Name: "A7", Value: "y"})
+		}, `attribute "A7" appears twice`},
 		{"cloudevent without id", webhooks.FormatCloudEventsBinary, func(m *webhooks.Message) { m.ID = "" }, "cloudevents id must be a non-empty string"},
 		{"cloudevent without source", webhooks.FormatCloudEventsStructured, func(m *webhooks.Message) { m.Source = "" }, "cloudevents source must be a non-empty URI reference"},
 		{"cloudevent with a bad prefix", webhooks.FormatCloudEventsBinary, func(m *webhooks.Message) { m.ExtensionPrefix = "Kafka-" }, `extension prefix "Kafka-" must hold only lowercase ASCII letters and digits`},

@@ -98,6 +98,9 @@ func TestQuickRunDeliversEveryRecordAndWritesResults(t *testing.T) {
 	if res.Paced == nil || res.Paced.Delivered != int64(res.Paced.Records) {
 		t.Errorf("paced run: %+v, want every record delivered", res.Paced)
 	}
+	if res.Paced != nil && (res.Paced.KafkaP50 <= 0 || res.Paced.KafkaP99 < res.Paced.KafkaP50) {
+		t.Errorf("paced run: Kafka alone p50 %v, p99 %v ms, want the plain consumer's latency measured", res.Paced.KafkaP50, res.Paced.KafkaP99)
+	}
 	if len(res.Targets) == 0 {
 		t.Error("no target was evaluated")
 	}

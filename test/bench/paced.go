@@ -47,6 +47,11 @@ type pacedResult struct {
 	// no consumer can make up.
 	ProduceAckP50 float64 `json:"produce_ack_p50_ms"`
 	ProduceAckP99 float64 `json:"produce_ack_p99_ms"`
+	// KafkaP50/P99 measure from the record's timestamp to a plain consumer
+	// of the same topic polling it, meanwhile (kafkaOnly): Kafka's own
+	// share of the latency on this machine under this load.
+	KafkaP50 float64 `json:"kafka_only_p50_ms"`
+	KafkaP99 float64 `json:"kafka_only_p99_ms"`
 	// WorstPerSecond is the largest e2e latency, in ms, of the records
 	// produced in each second of the run: where a tail comes from.
 	WorstPerSecond []float64 `json:"worst_per_second_ms"`
@@ -84,6 +89,16 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 	case <-time.After(60 * time.Second):
 		_, _ = ch.stop(10 * time.Second)
 		return nil, fmt.Errorf("bench: paced run: keyhook did not own its partitions within 60s")
+	}
+	ko, err := startKafkaOnly(ctx, h.kafka.brokers, topic, n)
+	if err != nil {
+		_, _ = ch.stop(10 * time.Second)
+		return nil, err
+	}
+	defer ko.stop()
+	if err := ko.ready(60 * time.Second); err != nil {
+		_, _ = ch.stop(10 * time.Second)
+		return nil, err
 	}
 	// Let the claims land before the clock starts.
 	time.Sleep(500 * time.Millisecond)
@@ -167,6 +182,7 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 	res.KeyFreeP50, res.KeyFreeP99 = notMeasured, notMeasured
 	res.ServiceP99, res.ToSinkP50, res.ToSinkP99 = notMeasured, notMeasured, notMeasured
 	res.ProduceAckP50, res.ProduceAckP99 = notMeasured, notMeasured
+	res.KafkaP50, res.KafkaP99 = ko.percentiles(skip)
 	if len(acks) > 0 {
 		slices.Sort(acks)
 		res.ProduceAckP50 = float64(percentile(acks, 0.50)) / 1e6

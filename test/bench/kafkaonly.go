@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// kafkaOnly reads a topic as keyhook's consumer does (a group of its own,
+// read committed, the same fetch wait) and delivers nothing: when it polled
+// each record is Kafka's share of the latency, the producer and the broker
+// included, measured under the same load at the same time.
+type kafkaOnly struct {
+	cl *kgo.Client
+	// lat is, per record id, poll time minus the record's timestamp in ns;
+	// 0 until polled.
+	lat      []atomic.Int64
+	assigned chan struct{}
+	done     chan struct{}
+}
+
+func startKafkaOnly(ctx context.Context, brokers []string, topic string, records int) (*kafkaOnly, error) {
+	k := &kafkaOnly{lat: make([]atomic.Int64, records), assigned: make(chan struct{}), done: make(chan struct{})}
+	var once atomic.Bool
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.ConsumerGroup("bench-kafka-only-"+topic), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
+			if once.CompareAndSwap(false, true) {
+				close(k.assigned)
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("bench: kafka-only consumer: %w", err)
+	}
+	k.cl = cl
+	go func() {
+		defer close(k.done)
+		for {
+			fs := cl.PollFetches(ctx)
+			if fs.IsClientClosed() || ctx.Err() != nil {
+				return
+			}
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				if b, err := parseBody(r.Value); err == nil && int(b.id) < records {
+					k.lat[b.id].CompareAndSwap(0, max(1, now.Sub(r.Timestamp).Nanoseconds()))
+				}
+			})
+		}
+	}()
+	return k, nil
+}
+
+// ready waits until the consumer has its partitions.
+func (k *kafkaOnly) ready(d time.Duration) error {
+	select {
+	case <-k.assigned:
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("bench: kafka-only consumer not assigned within %v", d)
+	}
+}
+
+func (k *kafkaOnly) stop() {
+	k.cl.Close()
+	<-k.done
+}
+
+// percentiles returns the p50 and p99 in ms of records from..len-1,
+// notMeasured when none was polled.
+func (k *kafkaOnly) percentiles(from int) (p50, p99 float64) {
+	var lat []int64
+	for i := from; i < len(k.lat); i++ {
+		if v := k.lat[i].Load(); v > 0 {
+			lat = append(lat, v)
+		}
+	}
+	if len(lat) == 0 {
+		return notMeasured, notMeasured
+	}
+	slices.Sort(lat)
+	return float64(percentile(lat, 0.50)) / 1e6, float64(percentile(lat, 0.99)) / 1e6
+}

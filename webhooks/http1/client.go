@@ -200,6 +200,7 @@ func (c *Client) dial(ctx context.Context, deadline time.Time, addr string) (*co
 	}
 	cn := &conn{nc: nc}
 	cn.br = bufio.NewReaderSize(cn, readBufferSize)
+	cn.cut = cn.cutIfEnded
 	return cn, nil
 }
 
@@ -211,52 +212,57 @@ type conn struct {
 	wbuf     []byte
 	answered int
 	idleAt   time.Time
-	// watching is the Done channel of the context whose end cuts this
-	// connection's request short, unwatch stops that, and gen tells a
-	// cut of an earlier watch, already under way, to do nothing. The
-	// watch is kept from request to request while their contexts end
-	// together (a partition's deliveries share one), so that a request
-	// costs no registration with its context: one per request took a
-	// lock of the parent context shared by every request in flight.
-	watching <-chan struct{}
-	unwatch  func() bool
-	mu       sync.Mutex
-	gen      uint64
+	// watched is the context whose end cuts this connection's request
+	// short, unwatch ends that, and cut, made once per connection, does
+	// the cutting. The watch is kept from request to request while their
+	// contexts end together (a partition's deliveries share one), so that
+	// such a request costs no registration with its context, which took
+	// a lock of the parent context every request in flight shares, and
+	// allocated. A cut of an earlier watch, still under way when the
+	// connection took a request of another context, finds that context
+	// alive and does nothing.
+	mu      sync.Mutex
+	watched context.Context
+	unwatch func() bool
+	cut     func()
 }
 
 // watch makes the end of ctx cut the connection's requests short.
 func (cn *conn) watch(ctx context.Context) {
 	done := ctx.Done()
-	if done == cn.watching {
+	if done == nil {
+		cn.stopWatch()
+		return
+	}
+	if cn.watched != nil && cn.watched.Done() == done {
 		return
 	}
 	cn.stopWatch()
-	if done == nil {
-		return
-	}
 	cn.mu.Lock()
-	gen := cn.gen
+	cn.watched = ctx
 	cn.mu.Unlock()
-	cn.watching = done
-	cn.unwatch = context.AfterFunc(ctx, func() {
-		cn.mu.Lock()
-		defer cn.mu.Unlock()
-		if cn.gen == gen {
-			_ = cn.nc.SetDeadline(aLongTimeAgo)
-		}
-	})
+	cn.unwatch = context.AfterFunc(ctx, cn.cut)
 }
 
-// stopWatch ends the connection's watch; a cut already under way does
-// nothing once it returns.
+// cutIfEnded cuts the request in progress short when the context watched
+// now has ended.
+func (cn *conn) cutIfEnded() {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.watched != nil && cn.watched.Err() != nil {
+		_ = cn.nc.SetDeadline(aLongTimeAgo)
+	}
+}
+
+// stopWatch ends the connection's watch.
 func (cn *conn) stopWatch() {
 	if cn.unwatch == nil {
 		return
 	}
 	cn.unwatch()
-	cn.unwatch, cn.watching = nil, nil
+	cn.unwatch = nil
 	cn.mu.Lock()
-	cn.gen++
+	cn.watched = nil
 	cn.mu.Unlock()
 }
 

@@ -10,35 +10,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// kafkaOnly reads a topic as keyhook's consumer does (a group of its own,
-// read committed, the same fetch wait) and delivers nothing: when it polled
-// each record is Kafka's share of the latency, the producer and the broker
-// included, measured under the same load at the same time.
+// kafkaOnly reads a topic as keyhook's consumer does (read committed, the
+// same fetch wait) and delivers nothing: when it polled each record is
+// Kafka's share of the latency, the producer and the broker included,
+// measured under the same load at the same time. Like ceiling B it assigns
+// the partitions itself, so it reads from the first record with no group
+// to join.
 type kafkaOnly struct {
 	cl *kgo.Client
 	// lat is, per record id, poll time minus the record's timestamp in ns;
 	// 0 until polled.
-	lat      []atomic.Int64
-	assigned chan struct{}
-	done     chan struct{}
+	lat  []atomic.Int64
+	done chan struct{}
 }
 
-func startKafkaOnly(ctx context.Context, brokers []string, topic string, records int) (*kafkaOnly, error) {
-	k := &kafkaOnly{lat: make([]atomic.Int64, records), assigned: make(chan struct{}), done: make(chan struct{})}
-	var once atomic.Bool
+func startKafkaOnly(ctx context.Context, brokers []string, topic string, partitions int32, records int) (*kafkaOnly, error) {
+	parts := make(map[int32]kgo.Offset, partitions)
+	for _, p := range allPartitions(int(partitions)) {
+		parts[p] = kgo.NewOffset().AtStart()
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.ConsumerGroup("bench-kafka-only-"+topic), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.DisableAutoCommit(),
-		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
-			if once.CompareAndSwap(false, true) {
-				close(k.assigned)
-			}
-		}))
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("bench: kafka-only consumer: %w", err)
 	}
-	k.cl = cl
+	k := &kafkaOnly{cl: cl, lat: make([]atomic.Int64, records), done: make(chan struct{})}
 	go func() {
 		defer close(k.done)
 		for {
@@ -55,16 +52,6 @@ func startKafkaOnly(ctx context.Context, brokers []string, topic string, records
 		}
 	}()
 	return k, nil
-}
-
-// ready waits until the consumer has its partitions.
-func (k *kafkaOnly) ready(d time.Duration) error {
-	select {
-	case <-k.assigned:
-		return nil
-	case <-time.After(d):
-		return fmt.Errorf("bench: kafka-only consumer not assigned within %v", d)
-	}
 }
 
 func (k *kafkaOnly) stop() {

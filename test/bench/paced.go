@@ -90,16 +90,12 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		_, _ = ch.stop(10 * time.Second)
 		return nil, fmt.Errorf("bench: paced run: keyhook did not own its partitions within 60s")
 	}
-	ko, err := startKafkaOnly(ctx, h.kafka.brokers, topic, n)
+	ko, err := startKafkaOnly(ctx, h.kafka.brokers, topic, sc.Partitions, n)
 	if err != nil {
 		_, _ = ch.stop(10 * time.Second)
 		return nil, err
 	}
 	defer ko.stop()
-	if err := ko.ready(60 * time.Second); err != nil {
-		_, _ = ch.stop(10 * time.Second)
-		return nil, err
-	}
 	// Let the claims land before the clock starts.
 	time.Sleep(500 * time.Millisecond)
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"strings"
 	"testing"
 )
@@ -77,5 +78,22 @@ func TestScenarioOneJudgesKeyhookAgainstTheParallelConsumer(t *testing.T) {
 			}
 			t.Errorf("no %q target in %+v", goal, r.Targets)
 		})
+	}
+}
+
+// A contender without a colour of its own is drawn white on white: its
+// bar and legend swatch vanish from the chart.
+func TestEveryContenderHasAColourOfItsOwn(t *testing.T) {
+	seen := make(map[color.RGBA]string)
+	for _, c := range allContenders {
+		col, ok := contenderColors[c.Name]
+		if !ok {
+			t.Errorf("contender %q has no colour in the chart", c.Name)
+			continue
+		}
+		if other, dup := seen[col]; dup {
+			t.Errorf("contenders %q and %q share the colour %v", c.Name, other, col)
+		}
+		seen[col] = c.Name
 	}
 }

@@ -25,6 +25,16 @@ type runResult struct {
 	// E2E percentiles, record timestamp to the sink's 2xx, in ms.
 	E2EP50 float64 `json:"e2e_p50_ms"`
 	E2EP99 float64 `json:"e2e_p99_ms"`
+	// SinkOpen is the mean number of requests the sink held open over the
+	// window (answered 2xx, each from reading it to answering) and
+	// SinkServiceMS their mean time there: the rate is their ratio
+	// (Little's law), so rate ÷ ideal splits into what the contender kept
+	// in flight and how long the loaded machine took per request.
+	// SinkOpenByTenth is SinkOpen in each tenth of the window: where a
+	// drain's tail thins out.
+	SinkOpen        float64   `json:"sink_open_mean"`
+	SinkServiceMS   float64   `json:"sink_service_mean_ms"`
+	SinkOpenByTenth []float64 `json:"sink_open_by_tenth,omitempty"`
 	// The ordinary keys' records (all records when there is no special
 	// key) and the rate at which their first 90% were delivered.
 	OthersTotal     int64   `json:"others_total"`
@@ -113,8 +123,10 @@ func (r *runResult) measure(run *sinkRun, d *dataset, sc scenario, rep childRepo
 		r.Window = float64(end-start) / 1e9
 		r.Rate = float64(r.InWindow) / r.Window
 	}
+	r.SinkOpen, r.SinkServiceMS = notMeasured, notMeasured
 	if r.Contender.Mode != modeCeilingB && r.Delivered > 0 {
 		r.latencies(run, start, end)
+		r.open(run, start, end)
 		r.others(run, d, start)
 		r.stall(run, d, sc)
 	}
@@ -190,6 +202,54 @@ func (r *runResult) latencies(run *sinkRun, start, end int64) {
 	slices.Sort(lat)
 	r.E2EP50 = float64(percentile(lat, 0.50)) / 1e6
 	r.E2EP99 = float64(percentile(lat, 0.99)) / 1e6
+}
+
+// open measures the requests the sink held open during [start, end]: each
+// record answered 2xx in the window was open from firstOK − service to
+// firstOK, clipped to the window.
+func (r *runResult) open(run *sinkRun, start, end int64) {
+	if end <= start {
+		return
+	}
+	const tenths = 10
+	span := float64(end - start)
+	var total, served float64
+	var n int
+	by := make([]float64, tenths)
+	for i := range run.firstOK {
+		done := run.firstOK[i].Load()
+		if done == 0 || done < start || done > end {
+			continue
+		}
+		svc := run.service[i].Load()
+		served += float64(svc)
+		n++
+		from, to := max(done-svc, start), done
+		if to <= from {
+			continue
+		}
+		total += float64(to - from)
+		// Spread the interval over the tenths it covers.
+		for b := int(float64(from-start) / span * tenths); b < tenths; b++ {
+			lo := start + int64(float64(b)*span/tenths)
+			hi := start + int64(float64(b+1)*span/tenths)
+			if lo >= to {
+				break
+			}
+			if ov := min(to, hi) - max(from, lo); ov > 0 {
+				by[b] += float64(ov)
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	r.SinkOpen = total / span
+	r.SinkServiceMS = served / float64(n) / 1e6
+	for b := range by {
+		by[b] /= span / tenths
+	}
+	r.SinkOpenByTenth = by
 }
 
 // others measures the ordinary keys: how many were delivered and how fast

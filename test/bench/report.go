@@ -356,6 +356,7 @@ func (r *results) markdown() string {
 	w("\n## How to read this\n\n")
 	w("- **records/s**: distinct records answered 2xx per second, from the first 2xx to the last (a complete run) or over the cap (a capped run). Serial contenders (baseline, ordering partition) deliver one record at a time per partition; at 50 ms they would need hours to drain, so they run for a fixed cap.\n")
 	w("- **×ideal**: records/s divided by max_in_flight ÷ mean endpoint latency.\n")
+	w("- **open at sink**, **sink ms**: the mean number of requests the sink held open over the window (each answered 2xx, from reading it to answering) and their mean time there. records/s is about their ratio (Little's law), so ×ideal splits into what the contender kept in flight (of max_in_flight) and how much longer than the nominal latency the loaded machine took per request. For the keyhook runs, a note gives the requests open in each tenth of the window: a drain's tail shows as its last tenths thinning out.\n")
 	w("- **e2e**: from the record's timestamp (taken when it was produced, carried in the body) to the sink's 2xx. In the drain runs each contender's records were all produced just before it started, so e2e is how long each record of that burst waited (process start and group join included; ceiling A stamps each record when it sends it); the paced run is the latency measurement under steady load.\n")
 	w("- **Redis cmds/rec**: INFO commandstats delta over the run (every call, those inside Lua scripts included, less the bench's own sampling and INFO), divided by the records delivered in the run: a flush round counts its one script call, the one TIME it reads and, per partition, the HMGET and HSET it runs. The ≤ 0.05 target of scenario 3 judges this figure.\n")
 	w("- **Redis sent/rec**: the commands keyhook's Redis client sent over the node's life (keyhook_redis_commands_total: each pipelined command and each script call once, so a flush round of all the node's partitions counts one), divided by the records delivered in the run; what the node costs in Redis requests. The ≤ 0.01 stretch target of scenario 3 judges this figure.\n")
@@ -388,8 +389,8 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 	w("; each contender's copy of the records was produced in at most %.1f s, just before it started.\n\n", s.Preload)
 	bl, ca := s.run(cBaseline.Name), s.run(cCeilingA.Name)
 	id := ideal(sc)
-	w("| contender | outcome | delivered | window s | records/s | ×baseline | ×ideal | ×ceiling A | e2e p50 ms | e2e p99 ms | Redis cmds/rec | Redis sent/rec | CPU µs/rec | heap B/held | peak RSS MiB | tracking max B | window | paused | others' CPU |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| contender | outcome | delivered | window s | records/s | ×baseline | ×ideal | ×ceiling A | open at sink | sink ms | e2e p50 ms | e2e p99 ms | Redis cmds/rec | Redis sent/rec | CPU µs/rec | heap B/held | peak RSS MiB | tracking max B | window | paused | others' CPU |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Runs {
 		ratio := func(o *runResult) string {
 			if o == nil || o.Rate <= 0 || o == r {
@@ -406,9 +407,9 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 			xi = fmt.Sprintf("%.2f", r.Rate/(id*float64(n)))
 		}
 		keyhook := r.Contender.Mode == modeKeyhook
-		w("| %s | %s | %d/%d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n",
+		w("| %s | %s | %d/%d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n",
 			r.Contender.Name, r.Outcome, r.Delivered, r.Records, r.Window, r.Rate,
-			ratio(bl), xi, ratio(ca), num(r.E2EP50, 0), num(r.E2EP99, 0),
+			ratio(bl), xi, ratio(ca), num(r.SinkOpen, fine(r.SinkOpen, 10, 0, 1)), num(r.SinkServiceMS, fine(r.SinkServiceMS, 1, 1, 3)), num(r.E2EP50, 0), num(r.E2EP99, 0),
 			onlyIf(keyhook, num(r.CmdsPerRecord, 4)), onlyIf(keyhook, num(r.SentPerRecord, 4)), num(r.CPUPerRecordUS, 1), onlyIf(keyhook, num(r.HeapPerHeld, 0)), r.PeakRSSMB,
 			onlyIf(keyhook, fmt.Sprint(r.TrackingMaxBytes)), onlyIf(keyhook, fmt.Sprint(r.MaxWindow)), onlyIf(keyhook, fmt.Sprint(r.PausedMax)),
 			pct(r.OthersCPU))
@@ -451,6 +452,11 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 		}
 	}
 	for _, r := range s.Runs {
+		if r.Contender.Mode == modeKeyhook && r.Outcome == outcomeComplete && len(r.SinkOpenByTenth) > 0 && len(sc.Nodes) == 0 {
+			notes = append(notes, r.Contender.Name+": requests open at the sink in each tenth of the window: "+tenths(r.SinkOpenByTenth))
+		}
+	}
+	for _, r := range s.Runs {
 		for _, n := range r.Notes {
 			notes = append(notes, r.Contender.Name+": "+n)
 		}
@@ -461,6 +467,14 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 			w("- %s\n", n)
 		}
 	}
+}
+
+func tenths(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func byName(m map[string]int64) string {
@@ -530,6 +544,15 @@ func num(v float64, prec int) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.*f", prec, v)
+}
+
+// fine is prec, or more precision when v is below limit: a 0 ms
+// endpoint's figures would otherwise all read 0.
+func fine(v, limit float64, prec, finer int) int {
+	if v >= 0 && v < limit {
+		return finer
+	}
+	return prec
 }
 
 func onlyIf(ok bool, s string) string {

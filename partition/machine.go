@@ -252,7 +252,7 @@ type Machine[P any] struct {
 	foreign, superseded int64
 	pending             map[int64]*Entry[P]
 	lanes               map[string]*lane[P]
-	ready               []*Entry[P]
+	ready               readyQueue[P]
 	// extras are the injected records free to go, in the order they
 	// became so; they never go in a batch.
 	extras []*Entry[P]
@@ -465,7 +465,13 @@ func (m *Machine[P]) Freeze(keep keyrange.Set) {
 		m.share()
 	}
 	m.frozen = fr
-	m.ready = m.unfrozen(m.ready)
+	m.ready.filter(func(e *Entry[P]) bool {
+		if m.isFrozen(e) {
+			e.ready = false
+			return false
+		}
+		return true
+	})
 	m.extras = m.unfrozen(m.extras)
 	// Heads a narrower freeze held back go again.
 	for _, e := range m.pending {
@@ -874,7 +880,7 @@ func (m *Machine[P]) parkArrival(l *lane[P]) bool {
 // starved reports a partition short of work: fewer than ReadyFloor
 // records ready to send.
 func (m *Machine[P]) starved() bool {
-	return len(m.ready)+len(m.extras) < m.cfg.ReadyFloor
+	return m.ready.len()+len(m.extras) < m.cfg.ReadyFloor
 }
 
 // evictFor makes room when the partition is starved: keys holding more
@@ -1271,10 +1277,10 @@ func (m *Machine[P]) makeReady(e *Entry[P]) {
 		m.extras = append(m.extras, e)
 		return
 	}
-	if len(m.ready) == 0 && m.cfg.Batch.MaxRecords > 0 {
+	if m.ready.len() == 0 && m.cfg.Batch.MaxRecords > 0 {
 		m.readySince = m.cfg.Clock()
 	}
-	m.ready = append(m.ready, e)
+	m.ready.push(e)
 }
 
 // dispatching reports whether records may go out now.
@@ -1282,10 +1288,21 @@ func (m *Machine[P]) dispatching() bool { return m.claimed && !m.stopped }
 
 // Peek returns the next record to dispatch, nil when none may go now. It
 // stays ready until Dispatch.
-func (m *Machine[P]) Peek() *Entry[P] { return m.head(m.ready) }
+func (m *Machine[P]) Peek() *Entry[P] {
+	if !m.dispatching() {
+		return nil
+	}
+	return m.ready.peek()
+}
 
 // Dispatch records that e, the entry Peek returned, went to the endpoint.
-func (m *Machine[P]) Dispatch(e *Entry[P]) error { return m.dispatchHead(&m.ready, e) }
+func (m *Machine[P]) Dispatch(e *Entry[P]) error {
+	if m.ready.peek() != e || e == nil {
+		return ErrNotReady
+	}
+	m.ready.pop()
+	return m.dispatched(e)
+}
 
 // head is q's first entry when records may go out now, else nil.
 func (m *Machine[P]) head(q []*Entry[P]) *Entry[P] {
@@ -1302,6 +1319,12 @@ func (m *Machine[P]) dispatchHead(q *[]*Entry[P], e *Entry[P]) error {
 	}
 	(*q)[0] = nil
 	*q = (*q)[1:]
+	return m.dispatched(e)
+}
+
+// dispatched marks e, just taken out of its queue, as gone to the
+// endpoint.
+func (m *Machine[P]) dispatched(e *Entry[P]) error {
 	m.inflight++
 	e.ready, e.out = false, true
 	e.Dispatched = m.cfg.Clock()
@@ -1367,24 +1390,22 @@ func (m *Machine[P]) DispatchExtra(e *Entry[P]) error { return m.dispatchHead(&m
 // The records count as dispatched only at DispatchBatch; until then they
 // are neither ready nor in flight.
 func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
-	if !m.dispatching() || len(m.ready) == 0 {
+	if !m.dispatching() || m.ready.len() == 0 {
 		return nil, 0
 	}
 	b := m.cfg.Batch
-	if len(m.ready) < b.MaxRecords && b.MaxWait > 0 {
+	if m.ready.len() < b.MaxRecords && b.MaxWait > 0 {
 		if left := b.MaxWait - m.cfg.Clock().Sub(m.readySince); left > 0 {
 			return nil, left
 		}
 	}
-	out := make([]*Entry[P], 0, min(b.MaxRecords, len(m.ready)))
+	out := make([]*Entry[P], 0, min(b.MaxRecords, m.ready.len()))
 	size := 0
 	fits := func(e *Entry[P]) bool {
 		return len(out) < b.MaxRecords && (len(out) == 0 || b.MaxBytes <= 0 || size+e.size <= b.MaxBytes)
 	}
-	for len(m.ready) > 0 && fits(m.ready[0]) {
-		head := m.ready[0]
-		m.ready[0] = nil
-		m.ready = m.ready[1:]
+	for m.ready.len() > 0 && fits(m.ready.peek()) {
+		head := m.ready.pop()
 		head.taken, head.ready = true, false
 		out = append(out, head)
 		size += head.size

@@ -256,7 +256,8 @@ type Machine[P any] struct {
 	// extras are the injected records free to go, in the order they
 	// became so; they never go in a batch.
 	extras []*Entry[P]
-	// readySince is when the oldest ready record became ready (batching).
+	// readySince is when the ready queue last stopped being empty: how
+	// long its records have waited for a batch (batching).
 	readySince time.Time
 	backlog    []Record[P]
 	inflight   int
@@ -1286,8 +1287,9 @@ func (m *Machine[P]) makeReady(e *Entry[P]) {
 // dispatching reports whether records may go out now.
 func (m *Machine[P]) dispatching() bool { return m.claimed && !m.stopped }
 
-// Peek returns the next record to dispatch, nil when none may go now. It
-// stays ready until Dispatch.
+// Peek returns the next record to dispatch, nil when none may go now: the
+// ready record of the lowest offset (see readyQueue). It stays ready until
+// Dispatch.
 func (m *Machine[P]) Peek() *Entry[P] {
 	if !m.dispatching() {
 		return nil
@@ -1385,7 +1387,7 @@ func (m *Machine[P]) DispatchExtra(e *Entry[P]) error { return m.dispatchHead(&m
 // Assemble takes a batch out of the ready records when one is due: enough
 // records are ready, or the oldest has waited Batch.MaxWait. Otherwise it
 // returns nil and how long until one is due (0: nothing is ready). A batch
-// holds lane heads in the order they became ready, each followed by the
+// holds lane heads oldest first, each followed by the
 // next records of its lane, in offset order, within the batch's limits.
 // The records count as dispatched only at DispatchBatch; until then they
 // are neither ready nor in flight.

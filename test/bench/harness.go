@@ -44,6 +44,12 @@ func newHarness(ctx context.Context, opts options, logw, progress io.Writer) (*h
 		h.close()
 		return nil, err
 	}
+	if !opts.quick {
+		if err := h.kafka.warmUp(ctx, progress); err != nil {
+			h.close()
+			return nil, err
+		}
+	}
 	if h.sink, err = startSink(ctx); err != nil {
 		h.close()
 		return nil, err

@@ -49,6 +49,8 @@ type kafkaEnv struct {
 	// topics are created by this run and deleted at close on a real
 	// broker (kfake forgets them on its own).
 	topics []string
+	// warmed is how long warmUp took, 0 when it did not run.
+	warmed time.Duration
 }
 
 // startKafka connects to the broker of KEYHOOK_TEST_KAFKA_BROKERS when it
@@ -94,6 +96,8 @@ func (k *kafkaEnv) describe() string {
 	switch {
 	case k.cluster != nil:
 		return "kfake (franz-go's in-process Kafka), 1 broker"
+	case k.private != nil && k.warmed > 0:
+		return fmt.Sprintf("%s, a single KRaft node the bench started (scripts/kafka.sh) and warmed up before the first contender: %d records written to a topic of its own and read back (%.1f s), so that no contender meets a JVM that has not compiled its hot paths yet", k.private.version, warmRecords, k.warmed.Seconds())
 	case k.private != nil:
 		return k.private.version + ", a single KRaft node the bench started (scripts/kafka.sh)"
 	}

@@ -54,6 +54,17 @@ func startKafkaOnly(ctx context.Context, brokers []string, topic string, partiti
 	return k, nil
 }
 
+// polled counts the records polled so far.
+func (k *kafkaOnly) polled() int {
+	n := 0
+	for i := range k.lat {
+		if k.lat[i].Load() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func (k *kafkaOnly) stop() {
 	k.cl.Close()
 	<-k.done

@@ -7,9 +7,8 @@ import (
 	"time"
 )
 
-// warmRecords is how many records the warm-up writes and reads back: on
-// this kind of machine about 15 s of a fresh broker's time, enough for
-// its JIT to compile the produce and fetch paths.
+// warmRecords is how many records the warm-up writes and reads back, as
+// many as scenario 3 gives each contender (2–3 s on 2 cores).
 const warmRecords = 300_000
 
 // warmUp runs records through a broker this run started before any

@@ -466,13 +466,9 @@ func (m *Machine[P]) Freeze(keep keyrange.Set) {
 		m.share()
 	}
 	m.frozen = fr
-	m.ready.filter(func(e *Entry[P]) bool {
-		if m.isFrozen(e) {
-			e.ready = false
-			return false
-		}
-		return true
-	})
+	if m.frozen != nil {
+		m.ready.filter(m.staysReady)
+	}
 	m.extras = m.unfrozen(m.extras)
 	// Heads a narrower freeze held back go again.
 	for _, e := range m.pending {
@@ -487,6 +483,16 @@ func (m *Machine[P]) Freeze(keep keyrange.Set) {
 	}
 }
 
+// staysReady reports whether e, queued as ready, stays so: a frozen one
+// leaves its queue, no longer ready.
+func (m *Machine[P]) staysReady(e *Entry[P]) bool {
+	if m.isFrozen(e) {
+		e.ready = false
+		return false
+	}
+	return true
+}
+
 // unfrozen filters frozen entries out of a ready queue.
 func (m *Machine[P]) unfrozen(q []*Entry[P]) []*Entry[P] {
 	if m.frozen == nil {
@@ -494,11 +500,9 @@ func (m *Machine[P]) unfrozen(q []*Entry[P]) []*Entry[P] {
 	}
 	out := q[:0]
 	for _, e := range q {
-		if m.isFrozen(e) {
-			e.ready = false
-			continue
+		if m.staysReady(e) {
+			out = append(out, e)
 		}
-		out = append(out, e)
 	}
 	clear(q[len(out):])
 	return out
@@ -1299,7 +1303,7 @@ func (m *Machine[P]) Peek() *Entry[P] {
 
 // Dispatch records that e, the entry Peek returned, went to the endpoint.
 func (m *Machine[P]) Dispatch(e *Entry[P]) error {
-	if m.ready.peek() != e || e == nil {
+	if e == nil || m.ready.peek() != e {
 		return ErrNotReady
 	}
 	m.ready.pop()

@@ -343,11 +343,7 @@ func (r *results) markdown() string {
 			num(p.KafkaP50, 1), num(p.KafkaP99, 1),
 			num(p.ProduceAckP50, 1), num(p.ProduceAckP99, 1), p.EndpointP99, num(p.ServiceP99, 1), p.AttemptErrors, p.MaxWindow, p.PausedMax, pct(p.OthersCPU))
 		w("\n*From a free key*: from the record's timestamp or, when its key was still busy with the previous record, from that record's 2xx: the latency ordering key itself does not impose (%d of the measured records waited for their key). *To the sink*: the same start, to the sink reading the request: Kafka, keyhook and the HTTP client, without the endpoint's own time. *Kafka alone*: the same start, to a plain consumer of the same topic (its partitions assigned, no group; keyhook's fetch settings; nothing delivered) polling the record meanwhile: Kafka's own share of the latency under this load, on this machine. *Produce acked*: from the record's timestamp to the producer's acknowledgement, an upper bound of the time before the broker had the record, which no consumer can make up. *Realised*: the sink's own p99 time on the requests, timers on a loaded machine included.\n", p.Waited)
-		worst := make([]string, len(p.WorstPerSecond))
-		for i, v := range p.WorstPerSecond {
-			worst[i] = fmt.Sprintf("%.0f", v)
-		}
-		w("\nWorst e2e (ms) of the records produced in each second: %s\n", strings.Join(worst, ", "))
+		w("\nWorst e2e (ms) of the records produced in each second: %s\n", wholes(p.WorstPerSecond))
 		for _, n := range p.Notes {
 			w("\n- %s", n)
 		}
@@ -453,7 +449,7 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 	}
 	for _, r := range s.Runs {
 		if r.Contender.Mode == modeKeyhook && r.Outcome == outcomeComplete && len(r.SinkOpenByTenth) > 0 && len(sc.Nodes) == 0 {
-			notes = append(notes, r.Contender.Name+": requests open at the sink in each tenth of the window: "+tenths(r.SinkOpenByTenth))
+			notes = append(notes, r.Contender.Name+": requests open at the sink in each tenth of the window: "+wholes(r.SinkOpenByTenth))
 		}
 	}
 	for _, r := range s.Runs {
@@ -469,7 +465,8 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 	}
 }
 
-func tenths(v []float64) string {
+// wholes lists v rounded to whole numbers, comma-separated.
+func wholes(v []float64) string {
 	parts := make([]string, len(v))
 	for i, x := range v {
 		parts[i] = fmt.Sprintf("%.0f", x)

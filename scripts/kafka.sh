@@ -32,6 +32,11 @@
 #                      first time and reused after that
 #   KEYHOOK_KAFKA_DIR  state dir holding the config, data, pid and broker.log
 #                      (default /tmp/keyhook-kafka); one broker per state dir
+#   KEYHOOK_KAFKA_HEAP the broker's heap, e.g. 6g, run with the JVM settings
+#                      Kafka's documentation gives for production; unset,
+#                      256m growing to 512m, enough for the test suite. The
+#                      benchmark sets it: under its load the small heap's
+#                      collections pause the broker often, for up to 100 ms
 #   JAVA_HOME          the Java (17 or newer) to run; else java from PATH
 #
 # Typical use:  export "$(scripts/kafka.sh start | tail -n 1)"
@@ -206,7 +211,18 @@ EOF
 }
 
 jvm_opts() {
-	printf '%s\n' -Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+	local heap=${KEYHOOK_KAFKA_HEAP:-}
+	if [[ -n $heap ]]; then
+		[[ $heap =~ ^[0-9]+[mMgG]$ ]] || die "KEYHOOK_KAFKA_HEAP=$heap: want a size such as 2g or 768m"
+		# The JVM settings Kafka's operations documentation gives for a
+		# production broker ("Java Version"), on this heap.
+		printf '%s\n' "-Xms$heap" "-Xmx$heap" -XX:MetaspaceSize=96m \
+			-XX:InitiatingHeapOccupancyPercent=35 -XX:G1HeapRegionSize=16M \
+			-XX:MinMetaspaceFreeRatio=50 -XX:MaxMetaspaceFreeRatio=80
+	else
+		printf '%s\n' -Xms256m -Xmx512m
+	fi
+	printf '%s\n' -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
 		-XX:+ExitOnOutOfMemoryError -XX:-UsePerfData -Djava.awt.headless=true \
 		"-Xlog:gc:file=$STATE/gc.log:time,uptime:filecount=2,filesize=10m" \
 		"-Dlog4j2.configurationFile=$STATE/log4j2.properties"
@@ -214,7 +230,8 @@ jvm_opts() {
 
 format_storage() {
 	local cluster_id=$1 opts
-	mapfile -t opts < <(jvm_opts)
+	# The storage tool runs for a second: the small heap does.
+	mapfile -t opts < <(KEYHOOK_KAFKA_HEAP='' jvm_opts)
 	rm -rf "$STATE/data"
 	if ! "$JAVA" "${opts[@]}" -cp "$LIBS/*" kafka.tools.StorageTool \
 		format -t "$cluster_id" -c "$STATE/server.properties" >>"$JVM_LOG" 2>&1; then

@@ -98,6 +98,10 @@ func TestQuickRunDeliversEveryRecordAndWritesResults(t *testing.T) {
 	if res.Paced == nil || res.Paced.Delivered != int64(res.Paced.Records) {
 		t.Errorf("paced run: %+v, want every record delivered", res.Paced)
 	}
+	if p := res.Paced; p != nil && (p.ToSinkFreshP99 <= 0 || p.ToSinkFreshP99 > p.ToSinkP99 && p.ToSinkWaitedP99 > p.ToSinkP99) {
+		// The two splits' p99s cannot both exceed the p99 of their union.
+		t.Errorf("paced run: to the sink p99 %v ms, of fresh keys %v, of waiting ones %v: want the split measured", p.ToSinkP99, p.ToSinkFreshP99, p.ToSinkWaitedP99)
+	}
 	if res.Paced != nil && (res.Paced.KafkaP50 <= 0 || res.Paced.KafkaP99 < res.Paced.KafkaP50) {
 		t.Errorf("paced run: Kafka alone p50 %v, p99 %v ms, want the plain consumer's latency measured", res.Paced.KafkaP50, res.Paced.KafkaP99)
 	}

@@ -41,6 +41,13 @@ type pacedResult struct {
 	// dispatch and the client, without the endpoint's own time.
 	ToSinkP50 float64 `json:"to_sink_p50_ms"`
 	ToSinkP99 float64 `json:"to_sink_p99_ms"`
+	// ToSinkFreshP99 is ToSinkP99 of the records whose key was free when
+	// they were produced, ToSinkWaitedP99 of those that waited for the
+	// previous record of their key: the first is Kafka and keyhook's
+	// dispatch, the second keyhook's turnaround from a 2xx to the key's
+	// next request.
+	ToSinkFreshP99  float64 `json:"to_sink_fresh_p99_ms"`
+	ToSinkWaitedP99 float64 `json:"to_sink_waited_p99_ms"`
 	// ProduceAckP50/P99 measure from the record's timestamp to the
 	// producer's acknowledgement: the part of the latency spent before the
 	// broker had the record (the producer and the broker's append), which
@@ -150,7 +157,7 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		res.WorstPerSecond = append(res.WorstPerSecond, worst)
 	}
 	skip := int(rate * warmup.Seconds())
-	var lat, free, svc, toSink, acks []int64
+	var lat, free, svc, toSink, fresh, waited, acks []int64
 	for i := skip; i < n; i++ {
 		if a := p.acked[i].Load(); a > 0 {
 			acks = append(acks, a)
@@ -162,9 +169,11 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		e2e := run.e2e[i].Load()
 		lat = append(lat, e2e)
 		ready := ok - e2e // the record's timestamp
+		wait := false
 		if p := data.prev[i]; p >= 0 {
 			if prevOK := run.firstOK[p].Load(); prevOK > ready {
 				ready = prevOK
+				wait = true
 				res.Waited++
 			}
 		}
@@ -172,11 +181,17 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		sv := run.service[i].Load()
 		svc = append(svc, sv)
 		toSink = append(toSink, ok-sv-ready)
+		if wait {
+			waited = append(waited, ok-sv-ready)
+		} else {
+			fresh = append(fresh, ok-sv-ready)
+		}
 	}
 	res.Measured = len(lat)
 	res.P50, res.P99, res.P999 = notMeasured, notMeasured, notMeasured
 	res.KeyFreeP50, res.KeyFreeP99 = notMeasured, notMeasured
 	res.ServiceP99, res.ToSinkP50, res.ToSinkP99 = notMeasured, notMeasured, notMeasured
+	res.ToSinkFreshP99, res.ToSinkWaitedP99 = notMeasured, notMeasured
 	res.ProduceAckP50, res.ProduceAckP99 = notMeasured, notMeasured
 	res.KafkaP50, res.KafkaP99 = ko.percentiles(skip)
 	if len(acks) > 0 {
@@ -185,8 +200,14 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		res.ProduceAckP99 = float64(percentile(acks, 0.99)) / 1e6
 	}
 	if len(lat) > 0 {
-		for _, v := range [][]int64{lat, free, svc, toSink} {
+		for _, v := range [][]int64{lat, free, svc, toSink, fresh, waited} {
 			slices.Sort(v)
+		}
+		if len(fresh) > 0 {
+			res.ToSinkFreshP99 = float64(percentile(fresh, 0.99)) / 1e6
+		}
+		if len(waited) > 0 {
+			res.ToSinkWaitedP99 = float64(percentile(waited, 0.99)) / 1e6
 		}
 		res.ServiceP99 = float64(percentile(svc, 0.99)) / 1e6
 		res.ToSinkP50 = float64(percentile(toSink, 0.50)) / 1e6

@@ -343,6 +343,7 @@ func (r *results) markdown() string {
 			num(p.KafkaP50, 1), num(p.KafkaP99, 1),
 			num(p.ProduceAckP50, 1), num(p.ProduceAckP99, 1), p.EndpointP99, num(p.ServiceP99, 1), p.AttemptErrors, p.MaxWindow, p.PausedMax, pct(p.OthersCPU))
 		w("\n*From a free key*: from the record's timestamp or, when its key was still busy with the previous record, from that record's 2xx: the latency ordering key itself does not impose (%d of the measured records waited for their key). *To the sink*: the same start, to the sink reading the request: Kafka, keyhook and the HTTP client, without the endpoint's own time. *Kafka alone*: the same start, to a plain consumer of the same topic (its partitions assigned, no group; keyhook's fetch settings; nothing delivered) polling the record meanwhile: Kafka's own share of the latency under this load, on this machine. *Produce acked*: from the record's timestamp to the producer's acknowledgement, an upper bound of the time before the broker had the record, which no consumer can make up. *Realised*: the sink's own p99 time on the requests, timers on a loaded machine included.\n", p.Waited)
+		w("\nTo the sink p99 of the records whose key was free when produced: %s ms; of those that waited for their key, from the previous record's 2xx (keyhook's turnaround): %s ms.\n", num(p.ToSinkFreshP99, 1), num(p.ToSinkWaitedP99, 1))
 		w("\nWorst e2e (ms) of the records produced in each second: %s\n", wholes(p.WorstPerSecond))
 		for _, n := range p.Notes {
 			w("\n- %s", n)

@@ -11,6 +11,18 @@ import (
 // many as scenario 3 gives each contender (2–3 s on 2 cores).
 const warmRecords = 300_000
 
+// The warm-up's second part produces as the paced run does, small
+// batches at a steady rate, for warmPacedFor. A broker that had only
+// drained large batches spent ~45% of the two cores on the paced run's
+// first tens of seconds (Kafka alone p99 93–122 ms on the first two runs
+// of a fresh broker, 18–52 ms from the third): the paths of small produce
+// requests and of fetches that wait for them are other code than those
+// of a drain, compiled only once they run.
+const (
+	warmPacedRate = 8_000
+	warmPacedFor  = 45 * time.Second
+)
+
 // warmUp runs records through a broker this run started before any
 // contender is measured. A just-started JVM interprets its hot paths
 // until the JIT has compiled them: without this the first contender of
@@ -22,22 +34,28 @@ func (k *kafkaEnv) warmUp(ctx context.Context, progress io.Writer) error {
 	if k.private == nil {
 		return nil
 	}
-	const topic, partitions = "bench-warmup", 8
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	const topic, pacedTopic, partitions = "bench-warmup", "bench-warmup-paced", 8
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := k.createTopic(ctx, topic, partitions); err != nil {
 		return err
 	}
-	fmt.Fprintf(progress, "warming the broker up: %d records written and read back\n", warmRecords)
+	fmt.Fprintf(progress, "warming the broker up: %d records written and read back, then %v at %d records/s\n", warmRecords, warmPacedFor, warmPacedRate)
 	start := time.Now()
 	if err := k.warm(ctx, topic, partitions); err != nil {
 		return err
 	}
 	k.warmed = time.Since(start)
+	if err := k.createTopic(ctx, pacedTopic, partitions); err != nil {
+		return err
+	}
+	if err := k.warmPaced(ctx, pacedTopic, partitions); err != nil {
+		return err
+	}
 	// Its records need not stay on the broker's disk and in its page cache
 	// while the contenders run.
-	if _, err := k.adm.DeleteTopics(ctx, topic); err != nil {
-		return fmt.Errorf("bench: delete %s: %w", topic, err)
+	if _, err := k.adm.DeleteTopics(ctx, topic, pacedTopic); err != nil {
+		return fmt.Errorf("bench: delete the warm-up's topics: %w", err)
 	}
 	return nil
 }
@@ -65,6 +83,50 @@ func (k *kafkaEnv) warm(ctx context.Context, topic string, partitions int32) err
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("bench: warm-up read %d of %d records: %w", reader.polled(), warmRecords, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// warmPaced produces warmPacedRate records a second to topic, as the
+// paced run does (linger 1 ms, a tick every 2 ms), for warmPacedFor while
+// a reader with the contenders' fetch settings reads them, and returns
+// once it has read them all.
+func (k *kafkaEnv) warmPaced(ctx context.Context, topic string, partitions int32) error {
+	n := int(warmPacedRate * warmPacedFor.Seconds())
+	d := newDataset(dataSpec{Records: n, Keys: 10_000, ValueBytes: 256, Seed: 8})
+	reader, err := startKafkaOnly(ctx, k.brokers, topic, partitions, n)
+	if err != nil {
+		return err
+	}
+	defer reader.stop()
+	p, err := newProducer(k.brokers, topic, d, time.Millisecond)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for sent := 0; sent < n; {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: paced warm-up: %w", ctx.Err())
+		case <-t.C:
+		}
+		due := min(n, int(time.Since(started).Seconds()*warmPacedRate))
+		for ; sent < due; sent++ {
+			p.produce(ctx, sent)
+		}
+	}
+	if err := p.finish(ctx); err != nil {
+		return err
+	}
+	k.warmedPaced = time.Since(started)
+	for reader.polled() < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: paced warm-up read %d of %d records: %w", reader.polled(), n, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

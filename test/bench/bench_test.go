@@ -49,8 +49,11 @@ func TestQuickRunDeliversEveryRecordAndWritesResults(t *testing.T) {
 		t.Fatalf("scenarios run: got %d, want 2", got)
 	}
 	for _, s := range res.Scenarios {
-		if got, want := len(s.Runs), len(allContenders); got != want {
+		if got, want := len(s.Runs), len(s.Scenario.Contenders); got != want {
 			t.Errorf("scenario %s: %d runs, want %d", s.ID, got, want)
+		}
+		if got := s.run(cKeyBatch.Name) != nil; got != (s.ID == "3") {
+			t.Errorf("scenario %s: a run of %s: %v, want it in scenario 3 alone", s.ID, cKeyBatch.Name, got)
 		}
 		for _, r := range s.Runs {
 			name := "scenario " + s.ID + ", " + r.Contender.Name

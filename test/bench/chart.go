@@ -28,6 +28,7 @@ var contenderColors = map[string]color.RGBA{
 	cCeilingB.Name:  {0x8c, 0x56, 0x4b, 0xff},
 	cParallel.Name:  {0xd6, 0x27, 0x28, 0xff},
 	cWrk.Name:       {0xe3, 0x77, 0xc2, 0xff},
+	cKeyBatch.Name:  {0x17, 0xbe, 0xcf, 0xff},
 }
 
 var (
@@ -119,9 +120,15 @@ func writeChart(path string, r *results) error {
 			text(img, x0+(groupW-7*len(name))/2, top+plotH+20, name, ink)
 			continue
 		}
-		n := len(allContenders)
+		// A group holds the contenders its scenario runs, in the
+		// legend's order.
+		cs := s.Scenario.Contenders
+		if len(cs) == 0 { // results read back without their scenario
+			cs = allContenders
+		}
+		n := len(cs)
 		barW := (groupW - 20) / n
-		for ci, c := range allContenders {
+		for ci, c := range cs {
 			run := s.run(c.Name)
 			bx := x0 + 10 + ci*barW
 			if run == nil || run.Rate <= 0 {

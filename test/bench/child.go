@@ -44,12 +44,14 @@ type childSpec struct {
 	Group string `json:"group"`
 	// NodeID names a keyhook node; default "bench-<group>". Nodes sharing
 	// one subscription need names of their own.
-	NodeID      string `json:"node_id,omitempty"`
-	RedisAddr   string `json:"redis_addr,omitempty"`
-	SinkURL     string `json:"sink_url,omitempty"`
-	Ordering    string `json:"ordering,omitempty"`
-	MaxInFlight int    `json:"max_in_flight"`
-	MaxWindow   int64  `json:"max_window,omitempty"`
+	NodeID    string `json:"node_id,omitempty"`
+	RedisAddr string `json:"redis_addr,omitempty"`
+	SinkURL   string `json:"sink_url,omitempty"`
+	Ordering  string `json:"ordering,omitempty"`
+	// Batch, above 1, is the subscription's batch.max_records.
+	Batch       int   `json:"batch,omitempty"`
+	MaxInFlight int   `json:"max_in_flight"`
+	MaxWindow   int64 `json:"max_window,omitempty"`
 	// FlushInterval is keyhook's tracking flush interval, 0 its default.
 	FlushInterval time.Duration `json:"flush_interval,omitempty"`
 	// IdleConns is the webhooks client's MaxIdleConnsPerHost, 0 its

@@ -35,6 +35,9 @@ func benchSubscription(spec childSpec) (*subscription.Subscription, error) {
 		Retry:       subscription.RetryPolicy{MaxIntervalMS: int(spec.RetryMaxInterval.Milliseconds())},
 		Version:     1,
 	}
+	if spec.Batch > 1 {
+		s.Batch = subscription.Batch{MaxRecords: spec.Batch}
+	}
 	s.Normalize()
 	if err := s.EnsureSigningSecret(time.Now()); err != nil {
 		return nil, fmt.Errorf("bench: signing secret: %w", err)

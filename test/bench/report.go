@@ -449,7 +449,11 @@ func (r *results) scenarioMarkdown(b *strings.Builder, s *scenarioResult) {
 		}
 	}
 	for _, r := range s.Runs {
-		if r.Contender.Mode == modeKeyhook && r.Outcome == outcomeComplete && len(r.SinkOpenByTenth) > 0 && len(sc.Nodes) == 0 {
+		switch {
+		case r.Contender.Batch > 1 && r.Requests > 0:
+			// The sink counts a batch's records, not its requests, as open.
+			notes = append(notes, fmt.Sprintf("%s: %d requests carried the %d records, %.1f per request", r.Contender.Name, r.Requests, r.Delivered, float64(r.Delivered)/float64(r.Requests)))
+		case r.Contender.Mode == modeKeyhook && r.Outcome == outcomeComplete && len(r.SinkOpenByTenth) > 0 && len(sc.Nodes) == 0:
 			notes = append(notes, r.Contender.Name+": requests open at the sink in each tenth of the window: "+wholes(r.SinkOpenByTenth))
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -180,6 +182,10 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
+	if req.Header.Get("Content-Type") == batchContentType {
+		s.serveBatch(w, req, run, body, arrived)
+		return
+	}
 	info, err := parseBody(body)
 	if err != nil || int(info.id) >= len(run.firstOK) || int(info.key) >= len(run.keyBusy) {
 		run.bad.Add(1)
@@ -265,4 +271,101 @@ func (r *sinkRun) duplicates() int64 {
 		}
 	}
 	return n
+}
+
+// batchContentType is the Content-Type of keyhook's batch requests.
+const batchContentType = "application/json"
+
+// parseBatch reads the records of a keyhook batch request,
+// {"deliveries": [<envelope>, ...]}, each record's value in the
+// envelope's value_base64 (bench values are not JSON).
+func parseBatch(body []byte) ([]bodyInfo, error) {
+	var b struct {
+		Deliveries []struct {
+			ValueBase64 []byte `json:"value_base64"`
+		} `json:"deliveries"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || len(b.Deliveries) == 0 {
+		return nil, errBadBody
+	}
+	infos := make([]bodyInfo, len(b.Deliveries))
+	for i, d := range b.Deliveries {
+		info, err := parseBody(d.ValueBase64)
+		if err != nil {
+			return nil, err
+		}
+		infos[i] = info
+	}
+	return infos, nil
+}
+
+// serveBatch answers a batch request as ServeHTTP answers one record:
+// one wait, then every record recorded, or the whole batch answered 503
+// when any of its records is to fail. A key is busy once per batch, its
+// records in it in sequence order.
+func (s *sink) serveBatch(w http.ResponseWriter, req *http.Request, run *sinkRun, body []byte, arrived int64) {
+	infos, err := parseBatch(body)
+	if err == nil {
+		for _, info := range infos {
+			if int(info.id) >= len(run.firstOK) || int(info.key) >= len(run.keyBusy) {
+				err = errBadBody
+			}
+		}
+	}
+	if err != nil {
+		run.bad.Add(1)
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	run.requests.Add(1)
+	var keys []uint32
+	for _, info := range infos {
+		if !slices.Contains(keys, info.key) {
+			keys = append(keys, info.key)
+		}
+	}
+	for _, k := range keys {
+		if run.keyBusy[k].Add(1) > 1 && run.keyOrder {
+			run.overlaps.Add(1)
+		}
+	}
+	lat := run.spec.Latency.draw()
+	if slices.Contains(keys, 0) && run.data.spec.Special == specialSlow {
+		lat = run.spec.SlowLatency
+	}
+	if lat > 0 {
+		t := time.NewTimer(lat)
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+			t.Stop()
+		}
+	}
+	status := http.StatusNoContent
+	now := time.Now().UnixNano()
+	for _, info := range infos {
+		switch {
+		case int(info.id) == run.spec.FailRecord:
+			run.failAt.CompareAndSwap(0, now)
+			if now < run.failAt.Load()+int64(run.spec.FailFor) {
+				status = http.StatusServiceUnavailable
+			}
+		case info.key == 0 && run.data.spec.Special == specialFailing && now < run.failUntil.Load():
+			status = http.StatusServiceUnavailable
+		}
+	}
+	if run.spec.ErrorRate > 0 && rand.Float64() < run.spec.ErrorRate {
+		status = http.StatusServiceUnavailable
+	}
+	if status == http.StatusNoContent && req.Context().Err() == nil {
+		for _, info := range infos {
+			run.ok(info, arrived, now)
+		}
+	} else if status != http.StatusNoContent {
+		run.errors.Add(1)
+	}
+	for _, k := range keys {
+		run.keyBusy[k].Add(-1)
+	}
+	w.WriteHeader(status)
 }

@@ -62,8 +62,10 @@ func EncodeBatch(ms []*Message) (body []byte, header http.Header, err error) {
 	if len(ms) == 0 {
 		return nil, nil, invalidMessage("a batch needs at least one message")
 	}
-	b := Batch{Deliveries: make([]*Envelope, 0, len(ms))}
 	seen := make(map[string]bool, len(ms))
+	// As encoding/json writes a Batch, one envelope after another.
+	body = make([]byte, 0, 512*len(ms))
+	body = append(body, `{"deliveries":[`...)
 	for i, m := range ms {
 		if m == nil {
 			return nil, nil, invalidMessage("batch message %d is nil", i)
@@ -75,16 +77,14 @@ func EncodeBatch(ms []*Message) (body []byte, header http.Header, err error) {
 		if err := checkAttributes(m.Attributes); err != nil {
 			return nil, nil, fmt.Errorf("batch message %d: %w", i, err)
 		}
-		e, err := NewEnvelope(m)
-		if err != nil {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		if body, err = appendEnvelope(body, m); err != nil {
 			return nil, nil, fmt.Errorf("batch message %d: %w", i, err)
 		}
-		b.Deliveries = append(b.Deliveries, e)
 	}
-	body, err = marshalJSON(b)
-	if err != nil {
-		return nil, nil, fmt.Errorf("webhooks: encode batch: %w", err)
-	}
+	body = append(body, "]}"...)
 	return body, http.Header{"Content-Type": {batchContentType}}, nil
 }
 

@@ -117,13 +117,9 @@ func NewEnvelope(m *Message) (*Envelope, error) {
 }
 
 func encodeEnvelope(m *Message) ([]byte, http.Header, error) {
-	e, err := NewEnvelope(m)
+	body, err := appendEnvelope(make([]byte, 0, 512), m)
 	if err != nil {
 		return nil, nil, err
-	}
-	body, err := marshalJSON(e)
-	if err != nil {
-		return nil, nil, fmt.Errorf("webhooks: encode envelope: %w", err)
 	}
 	return body, http.Header{"Content-Type": {"application/json"}}, nil
 }

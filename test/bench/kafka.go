@@ -298,6 +298,25 @@ func (p *producer) produce(ctx context.Context, id int) {
 	})
 }
 
+// produceAtRate produces records 0..n-1 at rate records a second, a tick
+// every 2 ms, and returns how long it took; it stops early when ctx ends.
+func (p *producer) produceAtRate(ctx context.Context, n int, rate float64) time.Duration {
+	started := time.Now()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for sent := 0; sent < n && ctx.Err() == nil; {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		due := min(n, int(time.Since(started).Seconds()*rate))
+		for ; sent < due; sent++ {
+			p.produce(ctx, sent)
+		}
+	}
+	return time.Since(started)
+}
+
 // trackAcks records the acknowledgement latency of records 0..n-1.
 func (p *producer) trackAcks(n int) { p.acked = make([]atomic.Int64, n) }
 

@@ -65,6 +65,19 @@ func (k *kafkaOnly) polled() int {
 	return n
 }
 
+// waitPolled returns once n records were polled, or with an error naming
+// what when ctx ends first.
+func (k *kafkaOnly) waitPolled(ctx context.Context, n int, what string) error {
+	for k.polled() < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: %s read %d of %d records: %w", what, k.polled(), n, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 func (k *kafkaOnly) stop() {
 	k.cl.Close()
 	<-k.done

@@ -112,18 +112,7 @@ func (h *harness) runPaced(ctx context.Context, sc scenario, rate float64, d, wa
 		return nil, err
 	}
 	p.trackAcks(n)
-	started := time.Now()
-	t := time.NewTicker(2 * time.Millisecond)
-	sent := 0
-	for sent < n {
-		<-t.C
-		due := min(n, int(time.Since(started).Seconds()*rate))
-		for ; sent < due; sent++ {
-			p.produce(ctx, sent)
-		}
-	}
-	t.Stop()
-	res.Achieved = float64(n) / time.Since(started).Seconds()
+	res.Achieved = float64(n) / p.produceAtRate(ctx, n, rate).Seconds()
 	if err := p.finish(ctx); err != nil {
 		_, _ = ch.stop(10 * time.Second)
 		return nil, err

@@ -182,23 +182,43 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
+	// A record's request carries one record, a batch's several: both are
+	// answered alike.
+	var one [1]bodyInfo
+	var infos []bodyInfo
 	if req.Header.Get("Content-Type") == batchContentType {
-		s.serveBatch(w, req, run, body, arrived)
-		return
+		infos, err = parseBatch(body)
+	} else {
+		one[0], err = parseBody(body)
+		infos = one[:]
 	}
-	info, err := parseBody(body)
-	if err != nil || int(info.id) >= len(run.firstOK) || int(info.key) >= len(run.keyBusy) {
+	if err == nil && slices.ContainsFunc(infos, func(info bodyInfo) bool {
+		return int(info.id) >= len(run.firstOK) || int(info.key) >= len(run.keyBusy)
+	}) {
+		err = errBadBody
+	}
+	if err != nil {
 		run.bad.Add(1)
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
 	run.requests.Add(1)
-	busy := run.keyBusy[info.key].Add(1)
-	if busy > 1 && run.keyOrder {
-		run.overlaps.Add(1)
+	// A key is busy once per request, however many of its records a batch
+	// carries (in sequence order, which ok checks).
+	var oneKey [1]uint32
+	keys := oneKey[:0]
+	for _, info := range infos {
+		if !slices.Contains(keys, info.key) {
+			keys = append(keys, info.key)
+		}
+	}
+	for _, k := range keys {
+		if run.keyBusy[k].Add(1) > 1 && run.keyOrder {
+			run.overlaps.Add(1)
+		}
 	}
 	lat := run.spec.Latency.draw()
-	if info.key == 0 && run.data.spec.Special == specialSlow {
+	if slices.Contains(keys, 0) && run.data.spec.Special == specialSlow {
 		lat = run.spec.SlowLatency
 	}
 	if lat > 0 {
@@ -209,27 +229,39 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			t.Stop()
 		}
 	}
+	// The request fails when any of its records is to fail; the error
+	// rate applies to requests carrying no record that fails on purpose.
 	status := http.StatusNoContent
 	now := time.Now().UnixNano()
-	switch {
-	case int(info.id) == run.spec.FailRecord:
-		run.failAt.CompareAndSwap(0, now)
-		if now < run.failAt.Load()+int64(run.spec.FailFor) {
+	special := false
+	for _, info := range infos {
+		switch {
+		case int(info.id) == run.spec.FailRecord:
+			special = true
+			run.failAt.CompareAndSwap(0, now)
+			if now < run.failAt.Load()+int64(run.spec.FailFor) {
+				status = http.StatusServiceUnavailable
+			}
+		case info.key == 0 && run.data.spec.Special == specialFailing && now < run.failUntil.Load():
+			special = true
 			status = http.StatusServiceUnavailable
 		}
-	case info.key == 0 && run.data.spec.Special == specialFailing && now < run.failUntil.Load():
-		status = http.StatusServiceUnavailable
-	case run.spec.ErrorRate > 0 && rand.Float64() < run.spec.ErrorRate:
+	}
+	if !special && run.spec.ErrorRate > 0 && rand.Float64() < run.spec.ErrorRate {
 		status = http.StatusServiceUnavailable
 	}
 	if status == http.StatusNoContent && req.Context().Err() == nil {
-		run.ok(info, arrived, now)
+		for _, info := range infos {
+			run.ok(info, arrived, now)
+		}
 	} else if status != http.StatusNoContent {
 		run.errors.Add(1)
 	}
 	// The key is free before the answer leaves: the contender may send the
 	// key's next record the moment it reads the answer.
-	run.keyBusy[info.key].Add(-1)
+	for _, k := range keys {
+		run.keyBusy[k].Add(-1)
+	}
 	w.WriteHeader(status)
 }
 
@@ -297,75 +329,4 @@ func parseBatch(body []byte) ([]bodyInfo, error) {
 		infos[i] = info
 	}
 	return infos, nil
-}
-
-// serveBatch answers a batch request as ServeHTTP answers one record:
-// one wait, then every record recorded, or the whole batch answered 503
-// when any of its records is to fail. A key is busy once per batch, its
-// records in it in sequence order.
-func (s *sink) serveBatch(w http.ResponseWriter, req *http.Request, run *sinkRun, body []byte, arrived int64) {
-	infos, err := parseBatch(body)
-	if err == nil {
-		for _, info := range infos {
-			if int(info.id) >= len(run.firstOK) || int(info.key) >= len(run.keyBusy) {
-				err = errBadBody
-			}
-		}
-	}
-	if err != nil {
-		run.bad.Add(1)
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	run.requests.Add(1)
-	var keys []uint32
-	for _, info := range infos {
-		if !slices.Contains(keys, info.key) {
-			keys = append(keys, info.key)
-		}
-	}
-	for _, k := range keys {
-		if run.keyBusy[k].Add(1) > 1 && run.keyOrder {
-			run.overlaps.Add(1)
-		}
-	}
-	lat := run.spec.Latency.draw()
-	if slices.Contains(keys, 0) && run.data.spec.Special == specialSlow {
-		lat = run.spec.SlowLatency
-	}
-	if lat > 0 {
-		t := time.NewTimer(lat)
-		select {
-		case <-t.C:
-		case <-req.Context().Done():
-			t.Stop()
-		}
-	}
-	status := http.StatusNoContent
-	now := time.Now().UnixNano()
-	for _, info := range infos {
-		switch {
-		case int(info.id) == run.spec.FailRecord:
-			run.failAt.CompareAndSwap(0, now)
-			if now < run.failAt.Load()+int64(run.spec.FailFor) {
-				status = http.StatusServiceUnavailable
-			}
-		case info.key == 0 && run.data.spec.Special == specialFailing && now < run.failUntil.Load():
-			status = http.StatusServiceUnavailable
-		}
-	}
-	if run.spec.ErrorRate > 0 && rand.Float64() < run.spec.ErrorRate {
-		status = http.StatusServiceUnavailable
-	}
-	if status == http.StatusNoContent && req.Context().Err() == nil {
-		for _, info := range infos {
-			run.ok(info, arrived, now)
-		}
-	} else if status != http.StatusNoContent {
-		run.errors.Add(1)
-	}
-	for _, k := range keys {
-		run.keyBusy[k].Add(-1)
-	}
-	w.WriteHeader(status)
 }

@@ -79,14 +79,7 @@ func (k *kafkaEnv) warm(ctx context.Context, topic string, partitions int32) err
 	if err := p.finish(ctx); err != nil {
 		return err
 	}
-	for reader.polled() < warmRecords {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bench: warm-up read %d of %d records: %w", reader.polled(), warmRecords, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
+	return reader.waitPolled(ctx, warmRecords, "warm-up")
 }
 
 // warmPaced produces warmPacedRate records a second to topic, as the
@@ -105,31 +98,11 @@ func (k *kafkaEnv) warmPaced(ctx context.Context, topic string, partitions int32
 	if err != nil {
 		return err
 	}
-	started := time.Now()
-	t := time.NewTicker(2 * time.Millisecond)
-	defer t.Stop()
-	// A context that ends stops the loop; finish then closes the producer
-	// and says why.
-	for sent := 0; sent < n && ctx.Err() == nil; {
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		due := min(n, int(time.Since(started).Seconds()*warmPacedRate))
-		for ; sent < due; sent++ {
-			p.produce(ctx, sent)
-		}
-	}
+	// A context that ends stops the producing; finish then closes the
+	// producer and says why.
+	k.warmedPaced = p.produceAtRate(ctx, n, warmPacedRate)
 	if err := p.finish(ctx); err != nil {
 		return err
 	}
-	k.warmedPaced = time.Since(started)
-	for reader.polled() < n {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bench: paced warm-up read %d of %d records: %w", reader.polled(), n, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
+	return reader.waitPolled(ctx, n, "paced warm-up")
 }

@@ -73,6 +73,7 @@ type Config struct {
 	// wait. Default 128 MiB, sized for a 512 MiB container.
 	MaxBufferedBytes int64
 	// SessionTimeout is the consumer group session timeout. Default 10s.
+	// It also sets the ownership lease (see lease).
 	SessionTimeout time.Duration
 	// ResyncInterval is how often the subscription set is re-read even
 	// without a change notification. Default 1s.
@@ -162,6 +163,20 @@ func (c Config) withDefaults() Config {
 	c.Retry = c.Retry.WithDefaults()
 	return c
 }
+
+// heartbeatInterval is the group's heartbeat interval: a fifth of the
+// session timeout.
+func (c Config) heartbeatInterval() time.Duration { return c.SessionTimeout / 5 }
+
+// lease is how long an accepted tracking write lets a partition go on
+// starting deliveries: the session timeout less one heartbeat interval.
+// The group gives a partition to another node only once this node missed
+// its heartbeats for a session timeout, and a node that wrote its state
+// was heartbeating up to one interval before, so no other node can hold
+// the partition within the lease of a write (clock rates apart). A node
+// that was frozen longer finds its lease over when it resumes, and asks
+// the tracker before it delivers anything.
+func (c Config) lease() time.Duration { return c.SessionTimeout - c.heartbeatInterval() }
 
 // Validate reports the first field that is wrong, by name.
 func (c Config) Validate() error {

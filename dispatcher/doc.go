@@ -8,7 +8,10 @@
 // watermark of the last successful flush. The flusher writes every
 // partition of the node in one pipelined round per tick; a worker's loop
 // never waits on the tracker, so a slow Redis delays commits, not
-// deliveries. On revoke the workers drain, then all of them are flushed in
+// deliveries, within the ownership lease: each write the tracker accepts
+// lets the partition start deliveries for the session timeout less a
+// heartbeat (Config.lease), so a node frozen long enough to lose its
+// partitions asks the tracker before it delivers again. On revoke the workers drain, then all of them are flushed in
 // one round, committed, and released in one round, under one deadline; a
 // node that takes a partition over claims it in the tracker (a new epoch
 // fences the old owner) and skips what was already acked.

@@ -39,6 +39,9 @@ type flushReq struct {
 	snap partition.Snapshot
 	// notes is the worker's count of attempt notes the write includes.
 	notes uint64
+	// sent is when the snapshot was taken, on the worker's clock
+	// (worker.since): an accepted write confirms the claim as of then.
+	sent time.Duration
 }
 
 // errRetired answers a snapshot the flusher dropped, unwritten, because
@@ -53,6 +56,7 @@ type flushResult struct {
 	// and committed the commit mirror the tracker holds (-1 none).
 	merged, committed int64
 	notes             uint64
+	sent              time.Duration
 }
 
 func newFlusher(tracker Tracker, interval time.Duration) *flusher {
@@ -113,7 +117,7 @@ func (fl *flusher) round(ctx context.Context) {
 
 // result is the flushResult of r's write.
 func (r flushReq) result(res tracking.FlushResult) flushResult {
-	return flushResult{snap: r.snap, err: res.Err, merged: res.Watermark, committed: res.Committed, notes: r.notes}
+	return flushResult{snap: r.snap, err: res.Err, merged: res.Watermark, committed: res.Committed, notes: r.notes, sent: r.sent}
 }
 
 // write writes the states of reqs in one pipelined round under ctx and

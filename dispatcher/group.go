@@ -154,7 +154,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		kgo.DisableAutoCommit(),
 		kgo.Balancers(balancers...),
 		kgo.SessionTimeout(n.cfg.SessionTimeout),
-		kgo.HeartbeatInterval(n.cfg.SessionTimeout / 5),
+		kgo.HeartbeatInterval(n.cfg.heartbeatInterval()),
 		// Rebalances wait while records of a poll are handed to workers, so a
 		// worker never receives records of a partition it no longer owns.
 		kgo.BlockRebalanceOnPoll(),

@@ -84,6 +84,14 @@ func (p *pool) loop(ctx context.Context) {
 // in-flight gauge counts attempts (a batch request is one), which
 // MaxInFlight bounds.
 func (p *pool) run(t task) {
+	if !t.owner().leased() {
+		// The partition's ownership lease ran out (worker.leaseEnd)
+		// between its dispatch and now, or while the task waited for a
+		// retry: it waits until the worker's next write confirms the
+		// claim, or the fence stops it (stopRetries).
+		p.park(t, p.g.n.cfg.FlushInterval)
+		return
+	}
 	p.g.inFlight.Add(1)
 	wait, done := t.step()
 	p.g.inFlight.Add(-1)

@@ -184,6 +184,20 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			return nil
 		}))
 	must(e)
+	_, e = m.Int64ObservableGauge("keyhook.partitions.unconfirmed", metric.WithDescription("Partitions claimed by this node whose ownership lease ran out: the tracker has not confirmed the claim for the session timeout less a heartbeat (Redis unreachable, or the node was frozen), so no delivery of them starts until it confirms or refuses it."), metric.WithUnit("{partition}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, g := range n.groups() {
+				var unconfirmed int64
+				for _, w := range g.snapshotWorkers() {
+					if w.pub.claimed.Load() && !w.pub.fenced.Load() && !w.leased() {
+						unconfirmed++
+					}
+				}
+				o.Observe(unconfirmed, metric.WithAttributeSet(g.attrs))
+			}
+			return nil
+		}))
+	must(e)
 	partitionGauge("keyhook.partition.paused", "1 while fetching the partition is paused (window full or not yet claimed).", "",
 		func(w *worker) (int64, bool) {
 			if w.pub.paused.Load() {

@@ -157,6 +157,19 @@ type worker struct {
 	passStarted, passLogged time.Time
 	// guardNext is when the retention guard runs next.
 	guardNext time.Time
+	// lapseLogged: the lease's lapse was logged; its renewal is too.
+	lapseLogged bool
+
+	// born is the worker's monotonic time base, and leaseEnd, in ns since
+	// born, when its ownership lease ends: the send time of the last claim
+	// or flush the tracker accepted, plus the node's lease (Config.lease).
+	// Past it, neither the loop nor the pool starts a delivery of the
+	// partition until a flush confirms the claim again or is refused: a
+	// node frozen for as long as the group takes to give its partitions
+	// away (SIGSTOP, a VM paused) must not deliver on stale ownership when
+	// it resumes. Only the loop writes it.
+	born     time.Time
+	leaseEnd atomic.Int64
 }
 
 // progress is a record's latest attempt.
@@ -172,6 +185,8 @@ type claimResult struct {
 	c      tracking.Claim
 	ranges keyrange.Set
 	err    error
+	// sent is when the claim was sent (see worker.born).
+	sent time.Duration
 }
 
 // releaseResult is what a release of drained ranges hands back.
@@ -237,6 +252,7 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 		rereads: make(chan rereadBatch, 1),
 		done:    make(chan struct{}),
 		m:       m,
+		born:    time.Now(),
 		// A whole partition is nil, as the machine wants it.
 		assigned: ranges,
 	}
@@ -340,6 +356,34 @@ func keyText(k []byte) string {
 	return strings.ToValidUTF8(string(k), "\ufffd")
 }
 
+// since is the worker's monotonic clock: the time since it was made.
+func (w *worker) since() time.Duration { return time.Since(w.born) }
+
+// leased reports whether the worker's ownership lease holds: a delivery
+// may start.
+func (w *worker) leased() bool { return int64(w.since()) < w.leaseEnd.Load() }
+
+// renewLease extends the lease from sent, when a write sent then was
+// accepted by the tracker.
+func (w *worker) renewLease(sent time.Duration) {
+	end := int64(sent + w.g.n.cfg.lease())
+	if end <= w.leaseEnd.Load() {
+		return
+	}
+	if !w.leased() && w.lapseLogged {
+		w.log.Info("ownership confirmed again; deliveries resume")
+	}
+	w.lapseLogged = false
+	w.leaseEnd.Store(end)
+}
+
+// leaseRunsLow reports whether the lease has less than half its length
+// left: the tick then writes the state even when nothing changed, so an
+// idle partition keeps its lease and delivers its next record at once.
+func (w *worker) leaseRunsLow() bool {
+	return w.leaseEnd.Load()-int64(w.since()) < int64(w.g.n.cfg.lease()/2)
+}
+
 func (w *worker) signal() {
 	select {
 	case w.wake <- struct{}{}:
@@ -396,6 +440,7 @@ func (w *worker) run() {
 		var send chan<- job
 		var head job
 		var sendBatch chan<- batchJob
+		leased := w.leased()
 		if batching {
 			if w.offer == nil {
 				var wait time.Duration
@@ -404,17 +449,17 @@ func (w *worker) run() {
 					batchTimer.Reset(wait)
 				}
 			}
-			if w.offer != nil && !w.m.Stopped() {
+			if w.offer != nil && !w.m.Stopped() && leased {
 				sendBatch = w.g.batches
 			}
-		} else if e := w.m.Peek(); e != nil {
+		} else if e := w.m.Peek(); e != nil && leased {
 			send, head = w.g.jobs, job{w: w, rec: e}
 		}
 		// Redriven dead letters, injected on their key's lane by the
 		// group's redriver, go to its redrive slots (see redrive.go).
 		var sendRedrive chan<- job
 		var redrive job
-		if e := w.m.PeekExtra(); e != nil {
+		if e := w.m.PeekExtra(); e != nil && leased {
 			sendRedrive, redrive = w.g.redrives, job{w: w, rec: e}
 		}
 		select {
@@ -476,7 +521,7 @@ func (w *worker) claim() {
 	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
 		w.gen = gen
 	}
-	gen, topicID, ranges := w.gen, w.topicID, w.claimRanges()
+	gen, topicID, ranges, sent := w.gen, w.topicID, w.claimRanges(), w.since()
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
@@ -484,7 +529,7 @@ func (w *worker) claim() {
 		defer cancel()
 		c, err := w.g.n.tracker.ClaimRanges(ctx, w.pk, w.g.n.cfg.NodeID, gen, topicID, ranges)
 		w.mu.Lock()
-		w.claims = append(w.claims, claimResult{c: c, ranges: ranges, err: err})
+		w.claims = append(w.claims, claimResult{c: c, ranges: ranges, err: err, sent: sent})
 		w.mu.Unlock()
 		w.signal()
 	}()
@@ -564,6 +609,7 @@ func (w *worker) claimed(r claimResult) {
 		w.g.countStartReset(w.tp, resetStaleTracking)
 	}
 	w.epoch = r.c.Epoch
+	w.renewLease(r.sent)
 	var floors []partition.Floor
 	for _, f := range r.c.Floors {
 		if f.Watermark > 0 {
@@ -716,8 +762,14 @@ func (w *worker) flush() {
 	w.mu.Lock()
 	noted := w.notes != w.flushedNotes
 	w.mu.Unlock()
-	if !w.m.Dirty() && !w.m.Behind() && !(noted && w.m.Claimed() && !w.m.Fenced()) {
+	live := w.m.Claimed() && !w.m.Fenced()
+	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || w.leaseRunsLow())) {
 		return
+	}
+	if live && !w.leased() && !w.lapseLogged {
+		w.lapseLogged = true
+		w.log.Warn("ownership not confirmed for the lease; no delivery starts until the tracker confirms or refuses the claim",
+			"lease", w.g.n.cfg.lease())
 	}
 	w.flushing = true
 	w.g.n.flusher.submit(w.flushReq())
@@ -743,7 +795,7 @@ func (w *worker) flushReq() flushReq {
 		Oldest:    s.Oldest,
 	}
 	s.Acked = nil
-	return flushReq{w: w, f: f, snap: s, notes: notes}
+	return flushReq{w: w, f: f, snap: s, notes: notes, sent: w.since()}
 }
 
 // flushed applies the outcome of a flush.
@@ -756,6 +808,7 @@ func (w *worker) flushed(r flushResult) {
 	switch err := r.err; {
 	case errors.Is(err, errRetired):
 	case err == nil:
+		w.renewLease(r.sent)
 		// What lets the committer move: the commit never passes what the
 		// tracker holds, over every sharer.
 		w.m.FlushedMerged(r.snap, r.merged)
@@ -857,6 +910,7 @@ func (w *worker) released(r releaseResult) {
 	}
 	switch err := r.err; {
 	case err == nil:
+		w.renewLease(r.flush.sent)
 		w.m.FlushedMerged(r.flush.snap, r.flush.merged)
 		given := w.m.Ranges()
 		dropped, err := w.m.Shrink()

@@ -196,7 +196,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long a released partition waits for in-flight deliveries")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often acked offsets are written to Redis")
 	fs.DurationVar(&c.CommitInterval, "commit-interval", time.Second, "how often the watermark is committed to Kafka")
-	fs.DurationVar(&c.SessionTimeout, "session-timeout", 10*time.Second, "Kafka consumer group session timeout")
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", 10*time.Second, "Kafka consumer group session timeout; a partition's ownership lease is four fifths of it")
 	fs.Int64Var(&c.MaxWindow, "max-window", 10000, "records per partition held in memory until acked before fetching pauses (with --park-after 0, or ordering partition: records between watermark and fetch position)")
 	fs.IntVar(&c.ParkAfter, "park-after", 16, "records of one key held in memory under ordering key; its later records are parked by offset and read again from Kafka when the key frees up, so a stuck key never stops its partition; 0 never parks")
 	fs.Int64Var(&c.MaxParkedBytes, "max-parked-bytes", 0, "what parked records may cost over the node, about 64 bytes each; fetching pauses at the bound; 0 is a quarter of --max-buffered-bytes")

@@ -208,6 +208,42 @@ func TestFaultZombieIsFenced(t *testing.T) {
 	}
 	t.Logf("  partition %d taken over by %s %.1fs after SIGSTOP; %d state samples; zombie log: %v",
 		victim, newOwner, takenAt.Sub(stoppedAt).Seconds(), len(samples), zombieLog(c, zombie))
+	checkZombieStartsNothing(t, c, zombie.Name, resumedAt)
+}
+
+// checkZombieStartsNothing: a node stopped for longer than its session
+// timeout has lost its ownership lease, so once it resumes it starts no
+// request (first attempt or retry) before it learns it was fenced: none
+// of its requests after the resume repeats a record another node had
+// already delivered. Only its answers to what was in flight at the stop
+// arrive late; what it delivers after claiming again in a newer
+// generation is new work.
+func checkZombieStartsNothing(t *testing.T, c *cluster, zombie string, resumedAt time.Time) {
+	t.Helper()
+	type rec struct {
+		tp     testutil.TP
+		offset int64
+	}
+	ds := c.sink.Deliveries()
+	delivered := make(map[rec]time.Time) // first 2xx answer by another node
+	for _, d := range ds {
+		k := rec{testutil.TP{Topic: d.Topic, Partition: d.Partition}, d.Offset}
+		if d.Origin != zombie && d.Status/100 == 2 {
+			if at, ok := delivered[k]; !ok || d.End.Before(at) {
+				delivered[k] = d.End
+			}
+		}
+	}
+	var late []string
+	for _, d := range ds {
+		k := rec{testutil.TP{Topic: d.Topic, Partition: d.Partition}, d.Offset}
+		if at, ok := delivered[k]; ok && d.Origin == zombie && d.Start.After(resumedAt) && at.Before(d.Start) {
+			late = append(late, fmt.Sprintf("%d@%d key %s attempt %d at +%v", d.Partition, d.Offset, d.Key, d.Attempt, d.Start.Sub(resumedAt).Round(time.Millisecond)))
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("the zombie %s repeated %d records after it resumed, each already delivered by another node; first: %v", zombie, len(late), late[:min(len(late), 5)])
+	}
 }
 
 // checkZombieFenced checks the ownership samples of something a zombie
@@ -247,5 +283,5 @@ func checkZombieFenced(t *testing.T, what string, samples []ownerSample, zombie 
 // zombieLog counts what the zombie logged about being fenced.
 func zombieLog(c *cluster, zombie *testutil.Process) map[string]int {
 	sub := &cluster{procs: []*testutil.Process{zombie}}
-	return sub.logLines("partitions lost", "fenced", "commit failed", "claim failed")
+	return sub.logLines("ownership not confirmed", "partitions lost", "fenced", "commit failed", "claim failed")
 }

@@ -246,6 +246,7 @@ func TestFaultSharedZombieIsFenced(t *testing.T) {
 	}
 	t.Logf("  %d state samples; zombie log: %v", len(samples), zombieLog(c, zombie))
 	c.logClaims()
+	checkZombieStartsNothing(t, c, zombie.Name, resumedAt)
 }
 
 func rangesString(rs []tracking.RangeState) string {

@@ -172,10 +172,10 @@ func (c Config) heartbeatInterval() time.Duration { return c.SessionTimeout / 5 
 // starting deliveries: the session timeout less one heartbeat interval.
 // The group gives a partition to another node only once this node missed
 // its heartbeats for a session timeout, and a node that wrote its state
-// was heartbeating up to one interval before, so no other node can hold
-// the partition within the lease of a write (clock rates apart). A node
-// that was frozen longer finds its lease over when it resumes, and asks
-// the tracker before it delivers anything.
+// was heartbeating up to one interval before, so while its heartbeats
+// reach the coordinator no other node can hold the partition within the
+// lease of a write. A node that was frozen longer finds its lease over
+// when it resumes, and asks the tracker before it delivers anything.
 func (c Config) lease() time.Duration { return c.SessionTimeout - c.heartbeatInterval() }
 
 // Validate reports the first field that is wrong, by name.

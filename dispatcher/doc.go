@@ -11,10 +11,11 @@
 // deliveries, within the ownership lease: each write the tracker accepts
 // lets the partition start deliveries for the session timeout less a
 // heartbeat (Config.lease), so a node frozen long enough to lose its
-// partitions asks the tracker before it delivers again. On revoke the workers drain, then all of them are flushed in
-// one round, committed, and released in one round, under one deadline; a
-// node that takes a partition over claims it in the tracker (a new epoch
-// fences the old owner) and skips what was already acked.
+// partitions asks the tracker before it delivers again. On revoke the
+// workers drain, then all of them are flushed in one round, committed,
+// and released in one round, under one deadline; a node that takes a
+// partition over claims it in the tracker (a new epoch fences the old
+// owner) and skips what was already acked.
 //
 // A subscription's delivery pool has max_in_flight slots, each running one
 // attempt at a time (pool.go): a delivery waiting for its next attempt

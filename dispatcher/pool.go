@@ -87,8 +87,9 @@ func (p *pool) run(t task) {
 	if !t.owner().leased() {
 		// The partition's ownership lease ran out (worker.leaseEnd)
 		// between its dispatch and now, or while the task waited for a
-		// retry: it waits until the worker's next write confirms the
-		// claim, or the fence stops it (stopRetries).
+		// retry: it waits as a retry does (keyhook_retrying counts it)
+		// until the worker's next write confirms the claim, or the fence
+		// stops it (stopRetries).
 		p.park(t, p.g.n.cfg.FlushInterval)
 		return
 	}

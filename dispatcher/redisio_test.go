@@ -11,8 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyhook/keyhook/connect"
+	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
 )
@@ -208,6 +211,58 @@ func TestNoDeliveryStartsOnceTheOwnershipLeaseRunsOut(t *testing.T) {
 			t.Errorf("partition %d: %d records never delivered, first %d", p, len(missing), missing[0])
 		}
 	}
+}
+
+// An idle partition renews its ownership lease, so its next record goes at
+// once rather than waiting for a write to confirm the claim; a Redis that
+// hangs past the lease shows in keyhook.partitions.unconfirmed until it
+// answers again.
+func TestIdlePartitionKeepsItsLease(t *testing.T) {
+	const topic = "idle"
+	const lease = 6*time.Second - 6*time.Second/5
+	brokers := testutil.Kfake(t, 1, topic)
+	srv := testutil.StartRedis(t)
+	sink := testutil.StartSink(t)
+	reader := sdkmetric.NewManualReader()
+	sub := newSub("idle", topic, sink.URL, subscription.OrderKey, 4)
+	startNode(t, brokers, srv.Client(), []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	unconfirmed := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "keyhook.partitions.unconfirmed" {
+					for _, dp := range g.DataPoints {
+						n += dp.Value
+					}
+				}
+			}
+		}
+		return n
+	}
+	keyOf := func(i int) string { return fmt.Sprintf("k%d", i) }
+	produce(t, brokers, topic, 5, keyOf, func(int) int32 { return 0 })
+	sink.WaitAcked(t, 5, 20*time.Second)
+
+	time.Sleep(lease + time.Second)
+	if n := unconfirmed(); n != 0 {
+		t.Errorf("%d partitions unconfirmed after %v idle with Redis up; want the idle partition to renew its lease", n, lease+time.Second)
+	}
+
+	srv.Pause()
+	time.Sleep(lease + 500*time.Millisecond)
+	if n := unconfirmed(); n != 1 {
+		t.Errorf("%d partitions unconfirmed %v into a Redis hang; want 1", n, lease+500*time.Millisecond)
+	}
+	srv.Continue()
+	testutil.WaitFor(t, 10*time.Second, "the partition's lease confirmed again once Redis answers", func() bool { return unconfirmed() == 0 })
+	produce(t, brokers, topic, 5, keyOf, func(int) int32 { return 0 })
+	sink.WaitAcked(t, 10, 20*time.Second)
 }
 
 // A node handing over its partitions while Redis hangs waits one flush

@@ -124,7 +124,9 @@ type ownerSample struct {
 // session timeout, the group gives the partition to another node, then the
 // zombie resumes and receives its late answers. Its tracking writes must
 // be refused (owner and epoch never go back to it) and its commits too (the
-// commit never moves backwards nor passes an unacked offset).
+// commit never moves backwards nor passes an unacked offset), and, its
+// ownership lease over, it must not repeat a record the new owner
+// delivered meanwhile.
 func TestFaultZombieIsFenced(t *testing.T) {
 	const records, rate = 30_000, 600
 	const slowFor = 3 * time.Second

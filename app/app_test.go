@@ -15,7 +15,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/auth"
@@ -205,20 +204,7 @@ func TestBuildCountsTheCommandsItsRedisClientSends(t *testing.T) {
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var sent int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "keyhook.redis.commands" {
-				for _, dp := range sum.DataPoints {
-					sent += dp.Value
-				}
-			}
-		}
-	}
+	sent := testutil.Int64Metric(t, reader, "keyhook.redis.commands")
 	if sent < 1 {
 		t.Errorf("keyhook.redis.commands = %d after a PING; want it counted", sent)
 	}

@@ -50,11 +50,7 @@ func TestKeyOrderHoldsUnderRandomLatency(t *testing.T) {
 		if d := sink.Duplicates(); d != 0 {
 			t.Errorf("%d duplicates without any failure, want 0", d)
 		}
-		for p, end := range ends {
-			if m := sink.Missing(testutil.TP{Topic: topic, Partition: p}, end); len(m) > 0 {
-				t.Errorf("partition %d: %d records never delivered, first %d", p, len(m), m[0])
-			}
-		}
+		checkDelivered(t, sink, topic, ends)
 	})
 }
 

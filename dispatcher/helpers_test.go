@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
@@ -74,6 +75,14 @@ func startNodeWith(t *testing.T, brokers []string, rdb redis.UniversalClient, su
 	return startNodeTracking(t, brokers, tracker, subs, mod)
 }
 
+// testSession is the session timeout of the nodes startNode starts, and
+// testLease their ownership lease: the session less one heartbeat (a
+// fifth of it).
+const (
+	testSession = 6 * time.Second
+	testLease   = testSession - testSession/5
+)
+
 // startNodeTracking starts a node over a tracker the test configured.
 func startNodeTracking(t *testing.T, brokers []string, tracker dispatcher.Tracker, subs dispatcher.Subscriptions, mod func(*dispatcher.Config)) *nodeHandle {
 	t.Helper()
@@ -81,7 +90,7 @@ func startNodeTracking(t *testing.T, brokers []string, tracker dispatcher.Tracke
 		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
 		Brokers:        brokers,
 		CommitInterval: 100 * time.Millisecond,
-		SessionTimeout: 6 * time.Second,
+		SessionTimeout: testSession,
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
 	}
@@ -153,6 +162,17 @@ func (f feed) Watch(ctx context.Context, _ time.Duration, fn func([]*subscriptio
 			return nil
 		case s := <-f:
 			fn(s)
+		}
+	}
+}
+
+// checkDelivered fails t for every partition of topic with a record below
+// its end in ends that the sink never answered 2xx.
+func checkDelivered(t *testing.T, sink *testutil.Sink, topic string, ends map[int32]int64) {
+	t.Helper()
+	for p, end := range ends {
+		if m := sink.Missing(testutil.TP{Topic: topic, Partition: p}, end); len(m) > 0 {
+			t.Errorf("partition %d: %d records never delivered, first %d", p, len(m), m[0])
 		}
 	}
 }

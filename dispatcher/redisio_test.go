@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyhook/keyhook/connect"
 	"github.com/keyhook/keyhook/dispatcher"
@@ -140,11 +139,7 @@ func TestHungRedisDoesNotStopDeliveries(t *testing.T) {
 	}
 	ends := stop()
 	testutil.WaitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
-	for p, end := range ends {
-		if missing := sink.Missing(testutil.TP{Topic: topic, Partition: p}, end); len(missing) > 0 {
-			t.Errorf("partition %d: %d records never delivered, first %d", p, len(missing), missing[0])
-		}
-	}
+	checkDelivered(t, sink, topic, ends)
 }
 
 // A node that cannot confirm its claims for the ownership lease starts no
@@ -154,7 +149,7 @@ func TestHungRedisDoesNotStopDeliveries(t *testing.T) {
 // within the lease and resume, losing nothing, once Redis answers.
 func TestNoDeliveryStartsOnceTheOwnershipLeaseRunsOut(t *testing.T) {
 	const topic, partitions = "lease", 2
-	const lease = 6*time.Second - 6*time.Second/5 // startNode's session timeout less a heartbeat
+	const lease = testLease
 	brokers := testutil.Kfake(t, partitions, topic)
 	srv := testutil.StartRedis(t)
 	sink := testutil.StartSink(t)
@@ -206,11 +201,7 @@ func TestNoDeliveryStartsOnceTheOwnershipLeaseRunsOut(t *testing.T) {
 
 	ends := stop()
 	testutil.WaitCommitted(t, adm, sub.GroupID(), ends, 30*time.Second)
-	for p, end := range ends {
-		if missing := sink.Missing(testutil.TP{Topic: topic, Partition: p}, end); len(missing) > 0 {
-			t.Errorf("partition %d: %d records never delivered, first %d", p, len(missing), missing[0])
-		}
-	}
+	checkDelivered(t, sink, topic, ends)
 }
 
 // An idle partition renews its ownership lease, so its next record goes at
@@ -219,7 +210,7 @@ func TestNoDeliveryStartsOnceTheOwnershipLeaseRunsOut(t *testing.T) {
 // answers again.
 func TestIdlePartitionKeepsItsLease(t *testing.T) {
 	const topic = "idle"
-	const lease = 6*time.Second - 6*time.Second/5
+	const lease = testLease
 	brokers := testutil.Kfake(t, 1, topic)
 	srv := testutil.StartRedis(t)
 	sink := testutil.StartSink(t)
@@ -228,23 +219,7 @@ func TestIdlePartitionKeepsItsLease(t *testing.T) {
 	startNode(t, brokers, srv.Client(), []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
 		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	})
-	unconfirmed := func() int64 {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "keyhook.partitions.unconfirmed" {
-					for _, dp := range g.DataPoints {
-						n += dp.Value
-					}
-				}
-			}
-		}
-		return n
-	}
+	unconfirmed := func() int64 { return testutil.Int64Metric(t, reader, "keyhook.partitions.unconfirmed") }
 	keyOf := func(i int) string { return fmt.Sprintf("k%d", i) }
 	produce(t, brokers, topic, 5, keyOf, func(int) int32 { return 0 })
 	sink.WaitAcked(t, 5, 20*time.Second)

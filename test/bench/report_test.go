@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Scenario 3's Redis targets: ≤ 0.05 judges every call Redis ran (INFO
@@ -53,7 +54,7 @@ func TestScenarioThreeJudgesTheStretchOnTheCommandsSent(t *testing.T) {
 // Scenario 1 judges keyhook against the Parallel Consumer at the same
 // max_in_flight when it ran, and says why not when it was skipped.
 func TestScenarioOneJudgesKeyhookAgainstTheParallelConsumer(t *testing.T) {
-	const goal = "keyhook ≥ 3× Parallel Consumer (same max_in_flight)"
+	const goal = goalParallel
 	for _, tt := range []struct {
 		name   string
 		pc     *runResult
@@ -95,5 +96,47 @@ func TestEveryContenderHasAColourOfItsOwn(t *testing.T) {
 			t.Errorf("contenders %q and %q share the colour %v", c.Name, other, col)
 		}
 		seen[col] = c.Name
+	}
+}
+
+// The rate, CPU and latency targets are judged against the ceilings
+// measured in the same run: the figures of the run of 2026-12-02 05:12
+// pass them, and a keyhook falling short of its own client does not.
+func TestTargetsAreJudgedAgainstTheCeilingsOfTheSameRun(t *testing.T) {
+	status := func(r *results, goal string) string {
+		t.Helper()
+		for _, tg := range r.Targets {
+			if tg.Goal == goal {
+				return tg.Status
+			}
+		}
+		t.Fatalf("no %q target in %+v", goal, r.Targets)
+		return ""
+	}
+	run := func(khRate, khCPU float64, p99 float64) *results {
+		s1 := &scenarioResult{ID: "1", Scenario: scenario{MaxInFlight: 1000, Sink: sinkSpec{Latency: latencySpec{Dist: distFixed, Center: 50 * time.Millisecond}}}, Runs: []*runResult{
+			{Contender: cKey, Rate: 17276, CPUPerRecordUS: 47.4},
+			{Contender: cCeilingA, Rate: 18146, CPUPerRecordUS: 34.4},
+			{Contender: cParallel, Rate: 6405, CPUPerRecordUS: 258.5},
+		}}
+		s3 := &scenarioResult{ID: "3", Runs: []*runResult{
+			{Contender: cKey, Rate: khRate, CPUPerRecordUS: khCPU, CmdsPerRecord: 0.02, SentPerRecord: 0.002, HeapPerHeld: 409},
+			{Contender: cCeilingA, Rate: 29592, CPUPerRecordUS: 32.1},
+		}}
+		r := &results{Scenarios: []*scenarioResult{s1, s3}, Paced: &pacedResult{P99: p99, KafkaP99: 61.8, ServiceP99: 69.0, EndpointP99: 50}}
+		r.evaluate()
+		return r
+	}
+	r := run(28929, 37.0, 143.6)
+	for _, goal := range []string{goalCeilingA, goalParallel, goalCPU, goalP99} {
+		if got := status(r, goal); got != statusPass {
+			t.Errorf("%s: %s with the figures of the 05:12 run; want %s", goal, got, statusPass)
+		}
+	}
+	r = run(28929, 42.2, 151.0)
+	for _, goal := range []string{goalCPU, goalP99} {
+		if got := status(r, goal); got != statusMiss {
+			t.Errorf("%s: %s 10.1 µs over ceiling A / 0.2 ms over the limit; want %s", goal, got, statusMiss)
+		}
 	}
 }

@@ -201,7 +201,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 	s3.Contenders = append(slices.Clip(drainContenders), cKeyBatch)
 	s3.Notes = []string{"keyhook key, batches of 10 sends up to 10 ready records per request (batch.max_records 10, max_wait_ms 0: a batch takes what is ready and waits for nothing), " +
 		"each key's records in offset order within a batch, the records enveloped in JSON; what a request costs is shared by the records it carries, what a record costs is not. " +
-		"The ≤ 25 µs target judges keyhook key, one record per request."}
+		"The CPU target judges keyhook key, one record per request."}
 	all = append(all, s3)
 
 	s4 := s1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # contract.sh holds a live node to what documents its API, on `keyhook dev`:
 #
-#   1. every curl example of the README (its sh blocks) runs as written and
+#   1. every curl example of README.md and docs/api.md (their sh blocks) runs as written and
 #      answers 2xx;
 #   2. schemathesis, driven by openapi.yaml, with a fixed seed and a time
 #      bound, finds no server error and no answer the spec does not describe
@@ -110,9 +110,10 @@ step() {
 }
 step_done() { printf '    done in %d s\n' "$((SECONDS - step_started))"; }
 
-# The README's examples, as the reader would paste them. The one host
-# they name cannot be reached from here; the dev node's endpoint stands in.
-step "README curl examples"
+# The examples of README.md and docs/api.md, as the reader would paste
+# them. The one host they name cannot be reached from here; the dev node's
+# endpoint stands in.
+step "curl examples (README.md, docs/api.md)"
 awk '
 	/^```sh$/ { in_sh = 1; next }
 	/^```/    { in_sh = 0; next }
@@ -122,7 +123,7 @@ awk '
 		cont = sub(/\\$/, "", line) || split(line, parts, "\047") % 2 == 0
 		if (!cont) { print line; line = "" }
 	}
-' README.md >"$work/examples"
+' README.md docs/api.md >"$work/examples"
 export KEYHOOK_API_URL=$api KEYHOOK_TOKEN=$token
 H="Authorization: Bearer $KEYHOOK_TOKEN"
 ID=""
@@ -145,10 +146,10 @@ while IFS= read -r example; do
 	fi
 done <"$work/examples"
 if ((examples == 0)); then
-	echo "README.md has no curl examples in sh blocks: the extraction is broken" >&2
+	echo "README.md and docs/api.md have no curl examples in sh blocks: the extraction is broken" >&2
 	exit 1
 fi
-printf 'README examples: %d passed, %d failed\n' "$((examples - failed))" "$failed"
+printf 'curl examples: %d passed, %d failed\n' "$((examples - failed))" "$failed"
 step_done
 if ((failed > 0)); then
 	exit 1

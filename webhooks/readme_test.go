@@ -13,7 +13,7 @@ import (
 	"github.com/keyhook/keyhook/webhooks"
 )
 
-// headerClaim is one row of the README's table of the headers an endpoint
+// headerClaim is one row of the HTTP contract page's table of the headers an endpoint
 // receives: the header names it lists and the formats that send them.
 type headerClaim struct {
 	names   []string
@@ -22,18 +22,22 @@ type headerClaim struct {
 
 var backticked = regexp.MustCompile("`([^`]+)`")
 
+// httpContractPage is the page of the docs that describes the HTTP
+// contract toward endpoints.
+const httpContractPage = "docs/http-contract.md"
+
 // readmeHeaderTable reads the table that follows "and these headers" in
-// the README. A row without a formats column claims every format.
+// the HTTP contract page. A row without a formats column claims every format.
 func readmeHeaderTable(t *testing.T) []headerClaim {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../" + httpContractPage)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
 	i := strings.Index(s, "and these headers")
 	if i < 0 {
-		t.Fatal(`README.md has no "and these headers" table`)
+		t.Fatalf(`%s has no "and these headers" table`, httpContractPage)
 	}
 	var claims []headerClaim
 	inTable := false
@@ -69,12 +73,12 @@ func readmeHeaderTable(t *testing.T) []headerClaim {
 		claims = append(claims, c)
 	}
 	if len(claims) == 0 {
-		t.Fatal("README.md: the header table has no rows")
+		t.Fatalf("%s: the header table has no rows", httpContractPage)
 	}
 	return claims
 }
 
-func TestREADMEHeaderTableSaysWhichFormatSendsEachHeader(t *testing.T) {
+func TestDocumentedHeaderTableSaysWhichFormatSendsEachHeader(t *testing.T) {
 	claims := readmeHeaderTable(t)
 	secret, err := webhooks.GenerateSecret()
 	if err != nil {
@@ -115,7 +119,7 @@ func TestREADMEHeaderTableSaysWhichFormatSendsEachHeader(t *testing.T) {
 						continue // trace context: sent only inside a trace
 					}
 					if sent := got.Get(name) != ""; sent != claimed {
-						t.Errorf("README says format %s sends %s: %v; it does: %v", f, name, claimed, sent)
+						t.Errorf("%s says format %s sends %s: %v; it does: %v", httpContractPage, f, name, claimed, sent)
 					}
 				}
 			}
@@ -126,7 +130,7 @@ func TestREADMEHeaderTableSaysWhichFormatSendsEachHeader(t *testing.T) {
 					continue
 				}
 				if !slices.ContainsFunc(claims, func(c headerClaim) bool { return slices.Contains(c.names, lower) }) {
-					t.Errorf("format %s sends %s, which the README's table does not list", f, lower)
+					t.Errorf("format %s sends %s, which the table of %s does not list", f, lower, httpContractPage)
 				}
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
 )
@@ -293,4 +294,20 @@ func (h *handlers) nodes(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, nodesResponse{Items: list})
+}
+
+// tokenResponse describes the caller's own token, so that a client (the
+// console) can tell what it may do before it tries.
+type tokenResponse struct {
+	Name   string       `json:"name"`
+	Scopes []auth.Scope `json:"scopes"`
+}
+
+func (h *handlers) token(w http.ResponseWriter, r *http.Request) {
+	tok, _ := caller(r)
+	scopes := tok.Scopes
+	if scopes == nil {
+		scopes = []auth.Scope{}
+	}
+	writeJSON(w, http.StatusOK, tokenResponse{Name: tok.Name, Scopes: scopes})
 }

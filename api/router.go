@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/console"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
 )
@@ -194,11 +195,15 @@ type Config struct {
 //	GET    /v1/subscriptions/{id}/dead-letters             dead letters, paged
 //	POST   /v1/subscriptions/{id}/dead-letters/redrive     deliver dead letters again
 //	GET    /v1/nodes                                       live nodes
+//	GET    /v1/token                                       the caller's token: name and scopes
 //	GET    /healthz, /readyz, /metrics                     liveness, readiness, metrics
+//	GET    /console/                                       the operator console (static files)
 //
 // Every /v1 route needs a bearer token with the route's scope. Every
 // error, unknown routes and methods included, is an RFC 9457
-// application/problem+json body. A missing dependency is an error naming
+// application/problem+json body; the console's files, which hold no data
+// and need no token (the page asks for one), are answered by the console
+// package with its own headers. A missing dependency is an error naming
 // it.
 func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
 	if err := deps.validate(); err != nil {
@@ -217,6 +222,10 @@ func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
 		cfg.Now = time.Now
 	}
 	h := &handlers{deps: deps, cfg: cfg, log: cfg.Logger}
+	con, err := console.New()
+	if err != nil {
+		return nil, err
+	}
 
 	r := chi.NewRouter()
 	r.Use(h.recoverer)
@@ -259,6 +268,10 @@ func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
 	read.Get("/v1/subscriptions/{id}/dead-letters", h.deadLetters)
 	write.Post("/v1/subscriptions/{id}/dead-letters/redrive", h.redrive)
 	read.Get("/v1/nodes", h.nodes)
+	read.Get("/v1/token", h.token)
+	r.Method(http.MethodGet, "/console", con)
+	r.Method(http.MethodGet, console.Prefix+"*", con)
+	r.Method(http.MethodHead, console.Prefix+"*", con)
 	return r, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/keyhook/keyhook/console"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
 )
@@ -70,6 +71,11 @@ func TestSpecAndRouterListTheSameRoutes(t *testing.T) {
 		}
 	}
 	err := chi.Walk(specRouter(t).(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		// The console is static files, not API: console's own tests and
+		// TestConsoleIsServedWithItsHeaders check it.
+		if route == "/console" || strings.HasPrefix(route, console.Prefix) {
+			return nil
+		}
 		routed = append(routed, method+" "+route)
 		return nil
 	})
@@ -135,6 +141,7 @@ func TestSpecSchemasMatchTheGoTypes(t *testing.T) {
 		{"Ownership", reflect.TypeFor[nodes.Ownership](), true, nil},
 		{"Node", reflect.TypeFor[nodes.Info](), true, nil},
 		{"NodeList", reflect.TypeFor[nodesResponse](), true, nil},
+		{"TokenInfo", reflect.TypeFor[tokenResponse](), true, nil},
 		{"Ready", reflect.TypeFor[readyResponse](), true, nil},
 		{"Problem", reflect.TypeFor[problem](), true, nil},
 		{"FieldError", reflect.TypeFor[subscription.FieldError](), true, nil},
@@ -359,6 +366,7 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	c.send(e, req{method: "GET", path: id + "/dead-letters?limit=10", token: e.reader}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/dead-letters/redrive", token: e.writer, header: jsonCT, body: `{"all":true}`}, 200, true)
 	c.send(e, req{method: "GET", path: "/v1/nodes", token: e.reader}, 200, true)
+	c.send(e, req{method: "GET", path: "/v1/token", token: e.reader}, 200, true)
 	c.send(e, req{method: "DELETE", path: "/v1/subscriptions/" + victim.ID, token: e.writer}, 204, true)
 
 	// 400s, one or more per route that reads input.
@@ -456,7 +464,9 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		}
 		c.send(e, req{method: method, path: path, header: header, body: body}, 401, false)
 		c.send(e, req{method: method, path: path, token: wrong, header: header, body: body}, 403, false)
-		c.send(broken, req{method: method, path: path, token: broken.admin, header: header, body: body}, 500, false)
+		if tmpl != "/v1/token" { // it reads nothing but the token itself
+			c.send(broken, req{method: method, path: path, token: broken.admin, header: header, body: body}, 500, false)
+		}
 		if strings.Contains(tmpl, "{id}") {
 			c.send(e, req{method: method, path: strings.ReplaceAll(tmpl, "{id}", "sub_aaaaaaaaaaaaaaaaaaaa"), token: e.admin, header: header, body: body}, 404, false)
 		}

@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return subscriptionsCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "token":
 		return tokenCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "console":
+		return consoleCmd(ctx, args[1:], getenv, stdout, stderr, nil)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "keyhook", version)
 		return nil
@@ -75,6 +77,7 @@ Commands:
   subscriptions  manage subscriptions through the API: list, create, get, delete,
                  pause, resume, seek, status (--api-url, --token)
   token          create, list or revoke API tokens, in Redis (--redis-url)
+  console        print (--open: open) the operator console's address, logged in
   version        print the version
 
 Run "keyhook serve -h" for the flags; each has a KEYHOOK_* environment twin.

@@ -31,9 +31,9 @@ export function subscriptionPage(ctx) {
     h('h2', {}, 'Delivery'),
     figures,
     chart.el,
-    parts.el,
-    h('p', { class: 'muted' }, 'The watermark waits for the record below; "parked" counts records of busy keys held by offset only, read again from Kafka when their key frees up.'),
-    holding.el);
+    holding.el,
+    h('p', { class: 'muted' }, 'Each watermark waits for the record above; "parked" counts records of busy keys held by offset only, read again from Kafka when their key frees up.'),
+    parts.el);
 
   if (ctx.session.canWrite) buildActions();
 

@@ -235,6 +235,9 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.until(tab, demo.SlowKey+" holds a watermark",
 		`[...document.querySelectorAll('#holding tbody tr')].some(r => r.dataset.key === `+js(demo.SlowKey)+` && r.cells[4].textContent.startsWith('in flight'))`)
 	b.until(tab, "the rate chart has a line", `document.querySelector('svg.chart polyline') !== null`)
+	if shots.dir != "" {
+		b.until(tab, "the chart has a few samples to show", `document.querySelector('svg.chart polyline').points.numberOfItems >= 10`)
+	}
 	shots.full(tab, "subscription.png")
 
 	// Pause and resume, from the buttons.

@@ -165,6 +165,12 @@ function route() {
   loop();
 }
 
+// The skip link moves focus; followed as a link it would change the hash,
+// which is the router's.
+document.querySelector('.skip').addEventListener('click', (ev) => {
+  ev.preventDefault();
+  main.focus();
+});
 document.getElementById('signout').addEventListener('click', () => {
   api.clearToken();
   showLogin('Signed out.');

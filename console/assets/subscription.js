@@ -17,7 +17,7 @@ export function subscriptionPage(ctx) {
   const facts = h('dl', { class: 'facts' });
   const figures = h('dl', { class: 'figures', 'aria-live': 'off' });
   const chart = rateChart('Acknowledged offsets per second');
-  const actions = h('section', { class: 'actions', 'aria-labelledby': 'actions-h' });
+  const actions = h('section', { class: 'actions', 'aria-labelledby': 'actions-h', hidden: !ctx.session.canWrite });
   const result = h('div', { class: 'result', role: 'status', 'aria-live': 'polite' });
   const parts = table('Partitions', ['Partition', 'Committed', 'Watermark', 'Log end', 'Lag', 'Pending', 'In flight', 'Owner', 'Key ranges'], { id: 'partitions' });
   const holding = table('Records holding the watermark', ['Partition', 'Offset', 'Key', 'Waiting', 'Why', 'Attempts', 'Last answer', 'Next attempt', 'Behind', 'Parked'], { id: 'holding' });

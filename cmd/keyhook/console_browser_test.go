@@ -224,10 +224,13 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.until(tab, "the token is in sessionStorage, not in the URL or a cookie",
 		`sessionStorage.getItem('keyhook.token') === `+js(admin)+` && !location.href.includes(`+js(admin)+`) && document.cookie === ''`)
 
-	// The demo delivers: its acked count grows.
+	// The demo delivers: its acked count grows. A keyboard user on its
+	// link stays there while the rows are refreshed.
 	acked := `Number(document.querySelector('#subs tr[data-sub-id=` + js(demoID) + `] td.acked').textContent.replace(/,/g, ''))`
 	first := evaluate[int](b, tab, "read the acked count", acked)
+	b.run(tab, "focus the demo's link", chromedp.Focus(chromedp.CSS(`#subs a[data-focus=`+js(demoID)+`]`)))
 	b.until(tab, "the acked count grows", fmt.Sprintf(`%s > %d`, acked, first))
+	b.until(tab, "the focus stays on the demo's link", `document.activeElement?.dataset.focus === `+js(demoID)+` && document.activeElement.isConnected`)
 	shots.take(tab, "subscriptions.png")
 
 	// The slow key holds a watermark, and the page says why.

@@ -12,6 +12,7 @@ export function deadLettersPage(ctx) {
   const [id] = ctx.params;
   const canWrite = ctx.session.canWrite;
   const selected = new Set();
+  const opened = new Set(); // dead letters whose headers are shown
   let items = [];
   let cursor = '';
   let name = id;
@@ -42,6 +43,16 @@ export function deadLettersPage(ctx) {
     more,
     h('p', { class: 'muted' }, 'The API lists each dead letter\'s source record, key, headers and last answer; the record body stays in the dead-letter topic.'));
 
+  // details keeps a dead letter's headers open across refreshes.
+  function details(id, ...children) {
+    const el = h('details', { open: opened.has(id) }, ...children);
+    el.addEventListener('toggle', () => {
+      if (el.open) opened.add(id);
+      else opened.delete(id);
+    });
+    return el;
+  }
+
   function matches(d) {
     if (fPart.value !== '' && String(d.partition) !== fPart.value) return false;
     const key = d.key || d.key_base64 || '';
@@ -51,7 +62,9 @@ export function deadLettersPage(ctx) {
     return true;
   }
 
+  let rendered = false;
   function render() {
+    rendered = true;
     const shown = items.filter(matches);
     replace(list.body, shown.map((d) => {
       const headers = Object.entries(d.headers || {});
@@ -61,12 +74,12 @@ export function deadLettersPage(ctx) {
         h('td', { class: 'bad' }, d.error ? d.error + (d.status ? ' (HTTP ' + d.status + ')' : '') : 'HTTP ' + d.status),
         h('td', { class: 'n' }, num(d.attempts)),
         h('td', {}, time(d.last_attempt)),
-        h('td', {}, headers.length === 0 ? '—' : h('details', {},
-          h('summary', {}, headers.length + (headers.length === 1 ? ' header' : ' headers')),
+        h('td', {}, headers.length === 0 ? '—' : details(d.id,
+          h('summary', { 'data-focus': 'headers ' + d.id }, headers.length + (headers.length === 1 ? ' header' : ' headers')),
           h('dl', { class: 'headers' }, headers.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])))),
       ];
       if (canWrite) {
-        const box = h('input', { type: 'checkbox', id: 'sel-' + d.id, 'aria-label': 'Select ' + d.id, checked: selected.has(d.id) });
+        const box = h('input', { type: 'checkbox', id: 'sel-' + d.id, 'data-focus': 'select ' + d.id, 'aria-label': 'Select ' + d.id, checked: selected.has(d.id) });
         box.addEventListener('change', () => {
           if (box.checked) selected.add(d.id);
           else selected.delete(d.id);
@@ -118,8 +131,10 @@ export function deadLettersPage(ctx) {
     const first = page.items || [];
     const known = new Set(first.map((d) => d.id));
     if (items.length <= first.length) cursor = page.next_cursor || '';
+    const before = items.map((d) => d.id).join(' ');
     items = first.concat(items.filter((d) => !known.has(d.id)));
-    if (ctx.live()) render();
+    // Dead letters do not change once written: render only what is new.
+    if (ctx.live() && (items.map((d) => d.id).join(' ') !== before || !rendered)) render();
   }
 
   return { el, refresh };

@@ -41,10 +41,18 @@ function append(el, children) {
   }
 }
 
-// replace empties el and fills it with children.
+// replace empties el and fills it with children. When the focus was on
+// an element inside el with a data-focus key, it moves to the new element
+// with the same key: a refresh does not throw a keyboard user out.
 export function replace(el, ...children) {
+  const active = document.activeElement;
+  const key = active && active !== el && el.contains(active) ? active.dataset.focus : undefined;
   el.replaceChildren();
   append(el, children);
+  if (key !== undefined) {
+    const again = el.querySelector('[data-focus="' + CSS.escape(key) + '"]');
+    if (again) again.focus({ preventScroll: true });
+  }
   return el;
 }
 

@@ -23,7 +23,7 @@ export function nodesPage(ctx) {
       h('td', {}, time(n.started_at)),
       h('td', {}, ago(n.heartbeat_at, now)),
       h('td', {}, n.owned.length === 0 ? 'nothing' : h('ul', { class: 'owned' }, n.owned.map((o) => h('li', {},
-        h('a', { href: '#/subscriptions/' + encodeURIComponent(o.subscription) }, o.subscription),
+        h('a', { href: '#/subscriptions/' + encodeURIComponent(o.subscription), 'data-focus': n.id + ' ' + o.subscription + ' ' + o.topic + '/' + o.partition }, o.subscription),
         ' ' + o.topic + '/' + o.partition,
         o.ranges ? ' keys ' + o.ranges : '',
         o.claimed ? '' : h('span', { class: 'bad' }, ' lease not claimed'))))))));

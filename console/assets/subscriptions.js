@@ -32,7 +32,7 @@ export function subscriptionsPage(ctx) {
       const t = st ? api.totals(st) : null;
       const rate = rates.get(s.id)?.perSecond();
       return h('tr', { 'data-sub-id': s.id },
-        h('th', { scope: 'row' }, h('a', { href: '#/subscriptions/' + encodeURIComponent(s.id) }, s.name), h('div', { class: 'muted mono' }, s.id)),
+        h('th', { scope: 'row' }, h('a', { href: '#/subscriptions/' + encodeURIComponent(s.id), 'data-focus': s.id }, s.name), h('div', { class: 'muted mono' }, s.id)),
         h('td', {}, h('span', { class: 'badge ' + (s.paused ? 'paused' : 'active') }, s.paused ? 'paused' : 'active')),
         h('td', {}, s.topics.join(', ')),
         h('td', { class: 'n acked' }, st ? num(api.progress(st)) : '…'),

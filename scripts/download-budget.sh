@@ -30,9 +30,12 @@ tests_budget=${KEYHOOK_TESTS_BUDGET_MB:-500}
 
 tmp=$(mktemp -d)
 # The module cache is read-only; go clean -modcache is what removes it.
+# shellcheck disable=SC2317 # called from the EXIT trap
 cleanup() {
 	for d in "$tmp"/*/; do
-		[[ -d $d ]] && GOMODCACHE=$d go clean -modcache >/dev/null 2>&1 || true
+		if [[ -d $d ]]; then
+			GOMODCACHE=$d go clean -modcache >/dev/null 2>&1 || true
+		fi
 	done
 	rm -rf "$tmp"
 }

@@ -54,7 +54,9 @@ tmp=$(mktemp -d)
 store=(--root "$tmp/storage" --runroot "$tmp/run" --storage-driver vfs)
 ctr=""
 cleanup() {
-	[[ -n $ctr ]] && buildah "${store[@]}" rm "$ctr" >/dev/null 2>&1 || true
+	if [[ -n $ctr ]]; then
+		buildah "${store[@]}" rm "$ctr" >/dev/null 2>&1 || true
+	fi
 	if command -v podman >/dev/null 2>&1 && [[ -d $tmp/storage ]]; then
 		podman "${store[@]}" rm -af >/dev/null 2>&1 || true
 	fi

@@ -124,6 +124,7 @@ type deployment struct {
 			SecurityContext               struct {
 				RunAsNonRoot *bool `yaml:"runAsNonRoot"`
 				RunAsUser    int   `yaml:"runAsUser"`
+				RunAsGroup   int   `yaml:"runAsGroup"`
 			} `yaml:"securityContext"`
 			Containers []container `yaml:"containers"`
 		} `yaml:"spec"`

@@ -160,7 +160,8 @@ type GoogleIDTokenAuth struct {
 	// (without query).
 	Audience string `json:"audience,omitempty"`
 	// CredentialsJSON is a service account key, a secret; empty uses the
-	// node's Application Default Credentials.
+	// node's own credentials (the metadata server, or the service account
+	// key GOOGLE_APPLICATION_CREDENTIALS names).
 	CredentialsJSON string `json:"credentials_json,omitempty"`
 }
 

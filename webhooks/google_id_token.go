@@ -2,13 +2,18 @@ package webhooks
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
+	"os"
+	"strings"
+	"time"
 
+	"cloud.google.com/go/compute/metadata"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
-	"google.golang.org/api/idtoken"
 )
 
 // GoogleIDToken sends a Google-signed OpenID Connect ID token as
@@ -20,11 +25,14 @@ type GoogleIDToken struct {
 	// custom audience it is configured with. Required.
 	Audience string
 	// CredentialsJSON is a service account key (JSON, "type":
-	// "service_account"). Empty uses the node's Application Default
-	// Credentials: the metadata server on GCP (workload identity
-	// included), or GOOGLE_APPLICATION_CREDENTIALS. A key's token_uri is
-	// egress like the endpoint: the client's address policy applies. The
-	// node's own credentials are trusted as its environment is.
+	// "service_account"). Empty uses the node's own credentials: the
+	// service account key that GOOGLE_APPLICATION_CREDENTIALS names if it
+	// is set, else the metadata server on GCP (workload identity
+	// included). Other kinds of credentials files (impersonated or
+	// external accounts) are refused at the first delivery. A key's
+	// token_uri is egress like the endpoint: the client's address policy
+	// applies. The node's own credentials are trusted as its environment
+	// is.
 	CredentialsJSON string
 }
 
@@ -65,22 +73,95 @@ func (g *GoogleIDToken) cacheKey() string {
 }
 
 // tokenSource returns a source of ID tokens for g, reused until shortly
-// before they expire. The node's own credentials use idtoken and its
-// default client, since the metadata server is an address the policy
-// refuses. A key is signed into a JWT assertion and exchanged at its
-// token_uri by x/oauth2's JWT flow, through the client in egress (see
-// oauth2.HTTPClient): the same exchange idtoken makes, but idtoken's
-// newer service account path takes no HTTP client, and its token_uri,
-// written by an API client, must face the address policy.
+// before they expire. A key is signed into a JWT assertion and exchanged
+// at its token_uri by x/oauth2's JWT flow, through the client in egress
+// (see oauth2.HTTPClient), so that a token_uri written by an API client
+// faces the address policy. The node's own credentials use the default
+// client, since the metadata server is an address the policy refuses.
 func (g *GoogleIDToken) tokenSource(egress context.Context) (oauth2.TokenSource, error) {
-	if g.CredentialsJSON == "" {
-		return idtoken.NewTokenSource(context.Background(), g.Audience)
+	if g.CredentialsJSON != "" {
+		return serviceAccountIDTokens(egress, []byte(g.CredentialsJSON), g.Audience)
 	}
-	cfg, err := google.JWTConfigFromJSON([]byte(g.CredentialsJSON))
+	if file := os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"); file != "" {
+		key, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("GOOGLE_APPLICATION_CREDENTIALS: %w", err)
+		}
+		var kind struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(key, &kind) != nil || kind.Type != "service_account" {
+			return nil, fmt.Errorf("GOOGLE_APPLICATION_CREDENTIALS: %s is not a service account key (type %q); "+
+				"keyhook mints ID tokens from a service account key or the metadata server", file, kind.Type)
+		}
+		return serviceAccountIDTokens(context.Background(), key, g.Audience)
+	}
+	return oauth2.ReuseTokenSource(nil, &metadataIDTokens{
+		client:   metadata.NewWithOptions(&metadata.Options{UseDefaultClient: true}),
+		audience: g.Audience,
+	}), nil
+}
+
+// serviceAccountIDTokens returns a reusing source of ID tokens for
+// audience, signed by key, whose token requests use the client in ctx.
+func serviceAccountIDTokens(ctx context.Context, key []byte, audience string) (oauth2.TokenSource, error) {
+	cfg, err := google.JWTConfigFromJSON(key)
 	if err != nil {
 		return nil, errors.New("the service account key does not parse")
 	}
 	cfg.UseIDToken = true
-	cfg.PrivateClaims = map[string]any{"target_audience": g.Audience}
-	return cfg.TokenSource(egress), nil // already a reusing source
+	cfg.PrivateClaims = map[string]any{"target_audience": audience}
+	return cfg.TokenSource(ctx), nil // already a reusing source
+}
+
+// identityPath is the metadata server's ID token of the instance's
+// service account, relative to /computeMetadata/v1/.
+const identityPath = "instance/service-accounts/default/identity"
+
+// metadataIDTokens asks the metadata server for ID tokens, as a Cloud Run
+// service, a GKE pod with workload identity or a VM gets them.
+type metadataIDTokens struct {
+	client   *metadata.Client
+	audience string
+}
+
+func (m *metadataIDTokens) Token() (*oauth2.Token, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), tokenRequestTimeout)
+	defer cancel()
+	// format=full adds the instance's project and zone to the claims, as
+	// Google's own libraries ask.
+	raw, err := m.client.GetWithContext(ctx, identityPath+"?"+url.Values{"audience": {m.audience}, "format": {"full"}}.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("the metadata server: %w", err)
+	}
+	exp, err := jwtExpiry(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the metadata server answered an unusable token: %w", err)
+	}
+	return &oauth2.Token{AccessToken: raw, TokenType: "Bearer", Expiry: exp}, nil
+}
+
+// jwtExpiry reads the exp claim of a compact JWT without checking its
+// signature: the token is the endpoint's to verify; the node only needs
+// to know when to ask for another.
+func jwtExpiry(raw string) (time.Time, error) {
+	parts := strings.Split(strings.TrimSpace(raw), ".")
+	if len(parts) != 3 {
+		return time.Time{}, errors.New("not a compact JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, errors.New("its payload is not base64url")
+	}
+	var claims struct {
+		Exp json.Number `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return time.Time{}, errors.New("its payload is not a JSON object")
+	}
+	exp, err := claims.Exp.Int64()
+	if err != nil || exp <= 0 {
+		return time.Time{}, errors.New("it has no exp claim")
+	}
+	return time.Unix(exp, 0), nil
 }

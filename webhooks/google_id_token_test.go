@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +34,7 @@ const testServiceAccount = "keyhook@keyhook-test.iam.gserviceaccount.com"
 type idIssuer struct {
 	*httptest.Server
 	saKey, key *rsa.PrivateKey
+	signer     jose.Signer
 	lifetime   time.Duration
 	minted     chan int
 	mu         sync.Mutex
@@ -72,26 +76,55 @@ func newIDIssuer(t *testing.T, lifetime time.Duration) *idIssuer {
 			http.Error(w, `{"error":"invalid_grant"}`, http.StatusBadRequest)
 			return
 		}
-		is.mu.Lock()
-		is.n++
-		n := is.n
-		is.mu.Unlock()
-		now := time.Now()
-		tok, _ := json.Marshal(map[string]any{"iss": is.URL, "aud": claims.TargetAudience, "sub": "1001",
-			"email": testServiceAccount, "iat": now.Unix(), "exp": now.Add(is.lifetime).Unix(), "jti": fmt.Sprint(n)})
-		jws, err := signer.Sign(tok)
+		compact, err := is.mint(claims.TargetAudience)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		compact, _ := jws.CompactSerialize()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"id_token": compact})
-		is.minted <- n
 	})
+	// The metadata server's identity path, as GCE_METADATA_HOST points
+	// Google's metadata client at it: the token is the answer's whole body.
+	mux.HandleFunc("GET /computeMetadata/v1/instance/service-accounts/default/identity", func(w http.ResponseWriter, r *http.Request) {
+		aud := r.URL.Query().Get("audience")
+		if r.Header.Get("Metadata-Flavor") != "Google" || aud == "" || r.URL.Query().Get("format") != "full" {
+			http.Error(w, "bad metadata request", http.StatusBadRequest)
+			return
+		}
+		compact, err := is.mint(aud)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, compact)
+	})
+	is.signer = signer
 	is.Server = httptest.NewServer(mux)
 	t.Cleanup(is.Close)
 	return is
+}
+
+// mint signs the next ID token for audience and announces its number on
+// minted.
+func (is *idIssuer) mint(audience string) (string, error) {
+	is.mu.Lock()
+	is.n++
+	n := is.n
+	is.mu.Unlock()
+	now := time.Now()
+	tok, _ := json.Marshal(map[string]any{"iss": is.URL, "aud": audience, "sub": "1001",
+		"email": testServiceAccount, "iat": now.Unix(), "exp": now.Add(is.lifetime).Unix(), "jti": fmt.Sprint(n)})
+	jws, err := is.signer.Sign(tok)
+	if err != nil {
+		return "", err
+	}
+	compact, err := jws.CompactSerialize()
+	if err != nil {
+		return "", err
+	}
+	is.minted <- n
+	return compact, nil
 }
 
 // credentialsJSON is a service account key whose token_uri is the issuer.
@@ -201,5 +234,76 @@ func TestGoogleIDTokenKeyIsHeldToTheAddressPolicyAndNeverShown(t *testing.T) {
 	shown := fmt.Sprintf("%v %+v %#v", a.Err, auth, *auth)
 	if strings.Contains(shown, "PRIVATE KEY") || strings.Contains(shown, "sa-1") {
 		t.Errorf("the key shows: %s", shown)
+	}
+}
+
+// sendWithNodeCredentials delivers to ep with a Google ID token from the
+// node's own credentials (no key in the subscription) and returns the
+// attempt's error, if any.
+func sendWithNodeCredentials(t *testing.T, c *webhooks.Client, url string) error {
+	t.Helper()
+	auth := &webhooks.Auth{GoogleIDToken: &webhooks.GoogleIDToken{Audience: url}}
+	a := c.Send(context.Background(), &webhooks.Request{URL: url, Body: []byte("{}"), Auth: auth}, 1)
+	if a.Err != nil {
+		return a.Err
+	}
+	if a.Status != http.StatusOK {
+		return fmt.Errorf("status %d, body %s", a.Status, a.Body)
+	}
+	return nil
+}
+
+func TestGoogleIDTokenFromTheMetadataServerVerifiesAndIsReused(t *testing.T) {
+	is := newIDIssuer(t, time.Hour)
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	t.Setenv("GCE_METADATA_HOST", strings.TrimPrefix(is.URL, "http://"))
+	var ep *httptest.Server
+	ep, seen := oidcEndpoint(t, is, func() string { return ep.URL })
+	// The strict policy refuses loopback for endpoints and token_uris: the
+	// metadata server is reached all the same, as the node's own.
+	c := newStrictClient(t, webhooks.ClientConfig{Policy: webhooks.ExemptForTest(webhooks.AddressPolicy{}, netip.MustParseAddr("127.0.0.1"))})
+	for i := range 3 {
+		if err := sendWithNodeCredentials(t, c, ep.URL); err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+	}
+	if got := strings.Join(seen(), ","); got != "1,1,1" {
+		t.Errorf("token ids accepted = %s, want one metadata token for three deliveries", got)
+	}
+}
+
+func TestGoogleIDTokenFromGoogleApplicationCredentialsKey(t *testing.T) {
+	is := newIDIssuer(t, time.Hour)
+	file := filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(file, []byte(is.credentialsJSON(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", file)
+	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1") // never asked
+	var ep *httptest.Server
+	ep, seen := oidcEndpoint(t, is, func() string { return ep.URL + "/run" })
+	c := newClient(t, webhooks.ClientConfig{})
+	if err := sendWithNodeCredentials(t, c, ep.URL+"/run"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(seen(), ","); got != "1" {
+		t.Errorf("token ids accepted = %s, want the token the key's token_uri minted", got)
+	}
+}
+
+func TestGoogleIDTokenRefusesNodeCredentialsThatAreNoServiceAccountKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "external.json")
+	if err := os.WriteFile(file, []byte(`{"type":"external_account","audience":"//iam.googleapis.com/x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", file)
+	ep := newEndpoint(t, statuses(http.StatusOK))
+	c := newClient(t, webhooks.ClientConfig{})
+	err := sendWithNodeCredentials(t, c, ep.URL)
+	if err == nil || !strings.Contains(err.Error(), `is not a service account key (type "external_account")`) {
+		t.Errorf("err = %v, want the credentials file's type refused by name", err)
+	}
+	if len(ep.requests()) != 0 {
+		t.Errorf("the endpoint was called without a token")
 	}
 }

@@ -26,7 +26,8 @@
 // passes it. A claim learns the pieces it takes with their watermarks
 // (its floors) and the union of the acked sets of the claims it took
 // them from. A HASH written before range claims reads as one claim of the
-// whole space, so a rolling upgrade loses no acked offset.
+// whole space, and the first claim over it rewrites it as one, so a
+// rolling upgrade loses no acked offset.
 //
 // A claim that knows the topic's Kafka ID records it, and drops offsets
 // recorded under another ID: those of a deleted topic of the same name,

@@ -278,7 +278,7 @@ func TestWindowPausesFetchingBehindAStuckKeyWhenKeysDoNotPark(t *testing.T) {
 	sub := newSub("window", "window", sink.URL, subscription.OrderKey, 32)
 	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
 		c.MaxWindow = window
-		c.ParkAfter = -1
+		c.ParkAfter = new(0) // never park
 	})
 
 	// Wait until the partition pauses, then check the window held.

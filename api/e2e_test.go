@@ -39,9 +39,11 @@ func startStack(t *testing.T) *stack {
 	token := auth.Generate()
 	a, err := app.Build(context.Background(), app.Config{
 		NodeID: "node-a", Brokers: brokers, HTTPAddr: "127.0.0.1:0", BootstrapToken: token,
-		AllowPrivateEndpoints: true, RequestTimeout: 5 * time.Second,
-		FlushInterval: 5 * time.Millisecond, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
-		SessionTimeout: 6 * time.Second, ResyncInterval: 100 * time.Millisecond, AdminStopTimeout: 20 * time.Second,
+		AllowPrivateEndpoints: true, AdminStopTimeout: 20 * time.Second,
+		Tuning: dispatcher.Tuning{
+			RequestTimeout: 5 * time.Second, FlushInterval: 5 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
+			DrainTimeout: 2 * time.Second, SessionTimeout: 6 * time.Second, ResyncInterval: 100 * time.Millisecond,
+		},
 		Logger: slog.New(slog.DiscardHandler),
 	}, app.Deps{Redis: rdb})
 	if err != nil {

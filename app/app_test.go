@@ -18,6 +18,7 @@ import (
 
 	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/webhooks"
@@ -91,8 +92,8 @@ func TestNodeDeliversThroughTheAPIAndStopsCleanly(t *testing.T) {
 	token := auth.Generate()
 	a, err := app.Build(context.Background(), app.Config{
 		NodeID: "node-a", Brokers: brokers, HTTPAddr: "127.0.0.1:0", BootstrapToken: token,
-		AllowPrivateEndpoints: true, CommitInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		ResyncInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		AllowPrivateEndpoints: true, Logger: slog.New(slog.DiscardHandler),
+		Tuning: dispatcher.Tuning{CommitInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second, ResyncInterval: 100 * time.Millisecond},
 	}, app.Deps{Redis: rdb})
 	if err != nil {
 		t.Fatal(err)

@@ -184,21 +184,11 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			subs = deps.Subscriptions
 		}
 		a.node, err = dispatcher.New(dispatcher.Config{
-			NodeID:           cfg.NodeID,
-			Brokers:          cfg.Brokers,
-			KafkaOptions:     deps.KafkaOptions,
-			FlushInterval:    cfg.FlushInterval,
-			CommitInterval:   cfg.CommitInterval,
-			DrainTimeout:     cfg.DrainTimeout,
-			RequestTimeout:   cfg.RequestTimeout,
-			SessionTimeout:   cfg.SessionTimeout,
-			MaxWindow:        cfg.MaxWindow,
-			MaxBufferedBytes: cfg.MaxBufferedBytes,
-			ParkAfter:        cfg.ParkAfter,
-			MaxParkedBytes:   cfg.MaxParkedBytes,
-			ResyncInterval:   cfg.ResyncInterval,
-			Retry:            cfg.Retry,
-			Redrives:         a.redrives,
+			NodeID:       cfg.NodeID,
+			Brokers:      cfg.Brokers,
+			KafkaOptions: deps.KafkaOptions,
+			Tuning:       cfg.Tuning,
+			Redrives:     a.redrives,
 			// Deleted subscriptions leave /metrics with their consumers.
 			ForgetSubscription: a.tel.ForgetSubscription,
 			Logger:             log,

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/keyhook/keyhook/configlog"
-	"github.com/keyhook/keyhook/webhooks"
+	"github.com/keyhook/keyhook/dispatcher"
 )
 
 // Role is a part of a node that a process runs.
@@ -40,6 +40,9 @@ func (r Role) names() []string {
 	return out
 }
 
+// DefaultHTTPAddr is Config.HTTPAddr when empty.
+const DefaultHTTPAddr = "127.0.0.1:8080"
+
 // Config tunes one node. The zero value of every field means its default,
 // so Config{Brokers: ...} is a complete node.
 type Config struct {
@@ -55,7 +58,7 @@ type Config struct {
 	Roles Role
 
 	// HTTPAddr is where the API listens (host:port; port 0 picks one, see
-	// [App.APIAddr]). Default "127.0.0.1:8080". Only with RoleAPI.
+	// [App.APIAddr]). Default DefaultHTTPAddr. Only with RoleAPI.
 	HTTPAddr string
 	// BootstrapToken, when set, is made an admin API token at Build
 	// (idempotent), so a fresh deployment has a first token.
@@ -81,8 +84,6 @@ type Config struct {
 	// link-local addresses. Default off: they are refused at registration
 	// and at dial time.
 	AllowPrivateEndpoints bool
-	// RequestTimeout bounds one delivery attempt. Default 30s.
-	RequestTimeout time.Duration
 	// EndpointConcurrency caps the concurrent requests to one endpoint
 	// origin from this node, over every subscription; 0 is no cap. An
 	// endpoint that throttles (429, 503) gets fewer either way.
@@ -94,38 +95,9 @@ type Config struct {
 	// net/http too (webhooks.ClientConfig.NetHTTPOnly).
 	EndpointNetHTTP bool
 
-	// FlushInterval is how often a partition writes its acks to Redis.
-	// Default 20ms (the dispatcher's).
-	FlushInterval time.Duration
-	// CommitInterval is how often the watermark is committed to Kafka.
-	// Default 1s.
-	CommitInterval time.Duration
-	// DrainTimeout bounds how long a released partition waits for its
-	// in-flight deliveries. Default 10s.
-	DrainTimeout time.Duration
-	// SessionTimeout is the consumer group session timeout. Default 10s.
-	SessionTimeout time.Duration
-	// MaxWindow bounds the records per partition between the watermark and
-	// the fetch position before fetching pauses. Default 10000.
-	MaxWindow int64
-	// MaxBufferedBytes bounds the bytes of fetched records the node holds
-	// until they are acked, over every partition and subscription.
-	// Default 128 MiB (dispatcher.DefaultMaxBufferedBytes).
-	MaxBufferedBytes int64
-	// ParkAfter bounds the records of one key held in memory under
-	// ordering key; later ones are parked by offset and read again from
-	// Kafka when the key frees up. Default 16 (dispatcher.DefaultParkAfter);
-	// negative never parks.
-	ParkAfter int
-	// MaxParkedBytes bounds what parked records cost over the node.
-	// Default a quarter of MaxBufferedBytes.
-	MaxParkedBytes int64
-	// ResyncInterval is how often the dispatcher re-reads the subscription
-	// set without a change notification. Default 1s.
-	ResyncInterval time.Duration
-	// Retry is every delivery's retry policy under the subscription's own.
-	// Default the webhooks defaults.
-	Retry webhooks.RetryPolicy
+	// Tuning is the dispatcher's, documented there, taken as it is: its
+	// RequestTimeout bounds the API's test deliveries too.
+	dispatcher.Tuning
 
 	// ConfigTopic is the compacted Kafka topic that records every
 	// subscription and token change, from which Redis is rebuilt; Build
@@ -188,9 +160,6 @@ func (c Config) Validate() error {
 	}{
 		{"APIShutdownTimeout", c.APIShutdownTimeout}, {"AdminStopTimeout", c.AdminStopTimeout},
 		{"APIIdleTimeout", c.APIIdleTimeout},
-		{"RequestTimeout", c.RequestTimeout}, {"FlushInterval", c.FlushInterval},
-		{"CommitInterval", c.CommitInterval}, {"DrainTimeout", c.DrainTimeout},
-		{"SessionTimeout", c.SessionTimeout}, {"ResyncInterval", c.ResyncInterval},
 		{"TelemetryFlushTimeout", c.TelemetryFlushTimeout},
 		{"ConfigRestoreInterval", c.ConfigRestoreInterval},
 	} {
@@ -198,14 +167,12 @@ func (c Config) Validate() error {
 			return fieldError(d.name, "is %v, must not be negative", d.v)
 		}
 	}
-	if c.MaxWindow < 0 {
-		return fieldError("MaxWindow", "is %d, must not be negative", c.MaxWindow)
-	}
-	if c.MaxParkedBytes < 0 {
-		return fieldError("MaxParkedBytes", "is %d, must not be negative", c.MaxParkedBytes)
-	}
-	if c.MaxBufferedBytes < 0 {
-		return fieldError("MaxBufferedBytes", "is %d, must not be negative", c.MaxBufferedBytes)
+	if err := c.Tuning.Validate(); err != nil {
+		var fe *dispatcher.FieldError
+		if errors.As(err, &fe) {
+			return &FieldError{Field: fe.Field, Err: fe.Err}
+		}
+		return err
 	}
 	if c.EndpointConcurrency < 0 {
 		return fieldError("EndpointConcurrency", "is %d, must be 0 (no cap) or more", c.EndpointConcurrency)
@@ -216,9 +183,6 @@ func (c Config) Validate() error {
 	if err := (configlog.Config{Topic: c.ConfigTopic}).Validate(); err != nil {
 		return &FieldError{Field: "ConfigTopic", Err: err}
 	}
-	if err := c.Retry.Validate(); err != nil {
-		return &FieldError{Field: "Retry", Err: err}
-	}
 	switch strings.ToLower(strings.TrimSpace(c.TracesExporter)) {
 	case "", "none", "otlp", "console", "stdout":
 	default:
@@ -227,9 +191,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// withDefaults fills the fields whose default app decides; the ones the
-// wired packages default themselves stay zero and are passed on as such.
+// withDefaults fills the fields whose default app decides, and the
+// Tuning's from its own defaults; the ones the other wired packages
+// default themselves stay zero and are passed on as such.
 func (c Config) withDefaults() Config {
+	c.Tuning = c.Tuning.WithDefaults()
 	if c.NodeID == "" {
 		c.NodeID = defaultNodeID()
 	}
@@ -240,16 +206,13 @@ func (c Config) withDefaults() Config {
 		c.Roles = RoleAPI | RoleDispatcher
 	}
 	if c.HTTPAddr == "" {
-		c.HTTPAddr = "127.0.0.1:8080"
+		c.HTTPAddr = DefaultHTTPAddr
 	}
 	if c.APIIdleTimeout == 0 {
 		c.APIIdleTimeout = 2 * time.Minute
 	}
 	if c.APIShutdownTimeout == 0 {
 		c.APIShutdownTimeout = 5 * time.Second
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 30 * time.Second
 	}
 	if c.TelemetryFlushTimeout == 0 {
 		c.TelemetryFlushTimeout = 5 * time.Second

@@ -221,7 +221,7 @@ func exerciseStores(t *testing.T, rdb redis.UniversalClient, partitions int32, b
 	}
 	wantAcked := []offsets.Range{{Start: 12, End: 15}, {Start: 20, End: 21}}
 	for _, pk := range pks {
-		claim, err := store.Claim(ctx, pk, "node-a", 1)
+		claim, err := store.ClaimRanges(ctx, pk, "node-a", 1, "", nil)
 		if err != nil {
 			t.Fatalf("claim %s: %v", pk, err)
 		}
@@ -230,7 +230,7 @@ func exerciseStores(t *testing.T, rdb redis.UniversalClient, partitions int32, b
 			acked.Add(r.Start, r.End)
 		}
 		f := tracking.Flush{Epoch: claim.Epoch, Acked: acked, Watermark: 10, Fetched: 21, Committed: 10, Pending: 7}
-		if err := store.Flush(ctx, pk, f); err != nil {
+		if err := store.FlushRanges(ctx, []tracking.PartitionFlush{{Key: pk, Flush: f}})[0].Err; err != nil {
 			t.Fatalf("flush %s: %v", pk, err)
 		}
 		if err := store.Release(ctx, pk, claim.Epoch); err != nil {
@@ -248,7 +248,7 @@ func exerciseStores(t *testing.T, rdb redis.UniversalClient, partitions int32, b
 		if diff := cmp.Diff(wantAcked, states[pk].AckedRanges); diff != "" {
 			t.Fatalf("loaded acked ranges of %s (-want +got):\n%s", pk, diff)
 		}
-		takeover, err := store.Claim(ctx, pk, "node-b", 2)
+		takeover, err := store.ClaimRanges(ctx, pk, "node-b", 2, "", nil)
 		if err != nil {
 			t.Fatalf("takeover claim %s: %v", pk, err)
 		}

@@ -40,7 +40,7 @@ func TestCleanerWaitsForTheGroupToEmptyThenRemovesEverything(t *testing.T) {
 		if err := store.Create(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tracker.Claim(ctx, tracking.PartitionKey{Subscription: sub.ID, Topic: topic, Partition: 0}, "node-a", 1); err != nil {
+		if _, err := tracker.ClaimRanges(ctx, tracking.PartitionKey{Subscription: sub.ID, Topic: topic, Partition: 0}, "node-a", 1, "", nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := redrives.Push(ctx, sub.ID, []deadletter.Redrive{{DeliveryID: "dlv_1", Topic: topic, Offset: 3}}); err != nil {

@@ -27,12 +27,14 @@ func startNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs d
 		t.Fatal(err)
 	}
 	n, err := dispatcher.New(dispatcher.Config{
-		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
-		Brokers:        brokers,
-		CommitInterval: 100 * time.Millisecond,
-		SessionTimeout: 6 * time.Second,
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+		NodeID:  fmt.Sprintf("node-%d", time.Now().UnixNano()),
+		Brokers: brokers,
+		Tuning: dispatcher.Tuning{
+			CommitInterval: 100 * time.Millisecond,
+			SessionTimeout: 6 * time.Second,
+			Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+		},
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, subs, sender, tracker)
 	if err != nil {
 		t.Fatal(err)

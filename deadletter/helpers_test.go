@@ -34,14 +34,16 @@ func runNode(t *testing.T, brokers []string, rdb redis.UniversalClient, subs dis
 		t.Fatal(err)
 	}
 	n, err := dispatcher.New(dispatcher.Config{
-		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
-		Brokers:        brokers,
-		CommitInterval: 100 * time.Millisecond,
-		SessionTimeout: 6 * time.Second,
-		DrainTimeout:   drain,
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
-		Redrives:       newQueue(t, rdb),
+		NodeID:  fmt.Sprintf("node-%d", time.Now().UnixNano()),
+		Brokers: brokers,
+		Tuning: dispatcher.Tuning{
+			CommitInterval: 100 * time.Millisecond,
+			SessionTimeout: 6 * time.Second,
+			DrainTimeout:   drain,
+			Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+		},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Redrives: newQueue(t, rdb),
 	}, subs, newSender(t), tracker)
 	if err != nil {
 		t.Fatal(err)

@@ -16,21 +16,26 @@ import (
 	"github.com/keyhook/keyhook/webhooks"
 )
 
-// DefaultMaxBufferedBytes is Config.MaxBufferedBytes when zero.
-const DefaultMaxBufferedBytes = 128 << 20
+// The defaults of Tuning, each applied where its field is zero (nil for
+// ParkAfter). The command line's flags show these same values.
+const (
+	DefaultFlushInterval    = 20 * time.Millisecond
+	DefaultCommitInterval   = time.Second
+	DefaultDrainTimeout     = 10 * time.Second
+	DefaultRequestTimeout   = webhooks.DefaultTimeout
+	DefaultMaxWindow        = 10000
+	DefaultParkAfter        = 16
+	DefaultMaxBufferedBytes = 128 << 20
+	DefaultSessionTimeout   = 10 * time.Second
+	DefaultResyncInterval   = time.Second
+	DefaultRemoveGrace      = 5 * time.Second
+	DefaultRedriveInterval  = 250 * time.Millisecond
+)
 
-// DefaultParkAfter is Config.ParkAfter when zero.
-const DefaultParkAfter = 16
-
-// Config tunes a Node. The zero value of every field means its default.
-type Config struct {
-	// NodeID names this node in the tracking state and in status. Required.
-	NodeID string
-	// Brokers are the Kafka seed brokers. Required.
-	Brokers []string
-	// KafkaOptions are extra client options (TLS, SASL) added to every
-	// client the node builds.
-	KafkaOptions []kgo.Opt
+// Tuning is what an operator tunes of a node's deliveries, declared and
+// documented here once: app.Config embeds it as it is, and the command
+// line's flags fill it. The zero value of every field means its default.
+type Tuning struct {
 	// FlushInterval is how often a partition writes its acked ranges to the
 	// tracker when they changed. Default 20ms: the upper bound of acks a
 	// kill -9 can lose, hence of duplicates after it.
@@ -49,8 +54,8 @@ type Config struct {
 	// not started it). Default 30s, the webhooks default.
 	RequestTimeout time.Duration
 	// MaxWindow bounds, per partition, the records held in memory until
-	// they are acked (with ParkAfter negative, or under ordering partition:
-	// the records between the watermark and the fetch position); above it
+	// they are acked (with ParkAfter 0, or under ordering partition: the
+	// records between the watermark and the fetch position); above it
 	// fetching the partition pauses, and it resumes below half of it.
 	// Default 10000.
 	MaxWindow int64
@@ -61,8 +66,10 @@ type Config struct {
 	// from Kafka when the key has room. A key stuck on a failing record,
 	// or slower than its arrivals, then costs a few bytes per record
 	// waiting behind it instead of filling the window and stopping every
-	// other key of its partition. Default 16; negative never parks.
-	ParkAfter int
+	// other key of its partition. 0 never parks, as for
+	// partition.Config.ParkAfter, which takes it as it is. Nil is the
+	// default, 16.
+	ParkAfter *int
 	// MaxParkedBytes bounds what parked records cost over the node, about
 	// 64 bytes each; at the bound keys park nothing more and fetching
 	// pauses where records wait. Default a quarter of MaxBufferedBytes.
@@ -85,8 +92,25 @@ type Config struct {
 	// group for nothing. A deleted subscription stops that much later.
 	// Default 5s; negative stops at once.
 	RemoveGrace time.Duration
-	// Retry is the retry policy of every delivery (webhooks defaults).
+	// RedriveInterval is how often each owned partition's redrive queue
+	// is read. Default 250ms.
+	RedriveInterval time.Duration
+	// Retry is the retry policy of every delivery under the
+	// subscription's own (webhooks defaults).
 	Retry webhooks.RetryPolicy
+}
+
+// Config tunes a Node: what it is wired to, and its Tuning. The zero
+// value of every field means its default.
+type Config struct {
+	// NodeID names this node in the tracking state and in status. Required.
+	NodeID string
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// KafkaOptions are extra client options (TLS, SASL) added to every
+	// client the node builds.
+	KafkaOptions []kgo.Opt
+	Tuning
 	// Redrives, when not nil, is where the node takes the redriven dead
 	// letters of the partitions it owns and sends them through their
 	// key's lane (deadletter.Queue). Default nil: redrives are left
@@ -96,9 +120,6 @@ type Config struct {
 	// deleted subscription stopped on this node, so that the node's
 	// metrics drop its series (telemetry.Providers.ForgetSubscription).
 	ForgetSubscription func(subscriptionID string)
-	// RedriveInterval is how often each owned partition's redrive queue
-	// is read. Default 250ms.
-	RedriveInterval time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives the node's metrics. Default: no-op.
@@ -112,42 +133,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.FlushInterval == 0 {
-		c.FlushInterval = 20 * time.Millisecond
-	}
-	if c.CommitInterval == 0 {
-		c.CommitInterval = time.Second
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = 10 * time.Second
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = webhooks.DefaultTimeout
-	}
-	if c.MaxWindow == 0 {
-		c.MaxWindow = 10000
-	}
-	if c.MaxBufferedBytes == 0 {
-		c.MaxBufferedBytes = DefaultMaxBufferedBytes
-	}
-	if c.ParkAfter == 0 {
-		c.ParkAfter = DefaultParkAfter
-	}
-	if c.MaxParkedBytes == 0 {
-		c.MaxParkedBytes = max(c.MaxBufferedBytes/4, 1)
-	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 10 * time.Second
-	}
-	if c.ResyncInterval == 0 {
-		c.ResyncInterval = time.Second
-	}
-	if c.RemoveGrace == 0 {
-		c.RemoveGrace = 5 * time.Second
-	}
-	if c.RedriveInterval == 0 {
-		c.RedriveInterval = 250 * time.Millisecond
-	}
+	c.Tuning = c.Tuning.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -160,8 +146,49 @@ func (c Config) withDefaults() Config {
 	if c.Propagator == nil {
 		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
-	c.Retry = c.Retry.WithDefaults()
 	return c
+}
+
+// WithDefaults returns t with every zero field set to its default.
+func (t Tuning) WithDefaults() Tuning {
+	if t.FlushInterval == 0 {
+		t.FlushInterval = DefaultFlushInterval
+	}
+	if t.CommitInterval == 0 {
+		t.CommitInterval = DefaultCommitInterval
+	}
+	if t.DrainTimeout == 0 {
+		t.DrainTimeout = DefaultDrainTimeout
+	}
+	if t.RequestTimeout == 0 {
+		t.RequestTimeout = DefaultRequestTimeout
+	}
+	if t.MaxWindow == 0 {
+		t.MaxWindow = DefaultMaxWindow
+	}
+	if t.ParkAfter == nil {
+		t.ParkAfter = new(DefaultParkAfter)
+	}
+	if t.MaxBufferedBytes == 0 {
+		t.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if t.MaxParkedBytes == 0 {
+		t.MaxParkedBytes = max(t.MaxBufferedBytes/4, 1)
+	}
+	if t.SessionTimeout == 0 {
+		t.SessionTimeout = DefaultSessionTimeout
+	}
+	if t.ResyncInterval == 0 {
+		t.ResyncInterval = DefaultResyncInterval
+	}
+	if t.RemoveGrace == 0 {
+		t.RemoveGrace = DefaultRemoveGrace
+	}
+	if t.RedriveInterval == 0 {
+		t.RedriveInterval = DefaultRedriveInterval
+	}
+	t.Retry = t.Retry.WithDefaults()
+	return t
 }
 
 // heartbeatInterval is the group's heartbeat interval: a fifth of the
@@ -185,27 +212,51 @@ func (c Config) Validate() error {
 		return errors.New("dispatcher: NodeID is required")
 	case len(c.Brokers) == 0:
 		return errors.New("dispatcher: Brokers is required")
-	case c.FlushInterval < 0:
-		return fmt.Errorf("dispatcher: FlushInterval %v must not be negative", c.FlushInterval)
-	case c.CommitInterval < 0:
-		return fmt.Errorf("dispatcher: CommitInterval %v must not be negative", c.CommitInterval)
-	case c.DrainTimeout < 0:
-		return fmt.Errorf("dispatcher: DrainTimeout %v must not be negative", c.DrainTimeout)
-	case c.RequestTimeout < 0:
-		return fmt.Errorf("dispatcher: RequestTimeout %v must not be negative", c.RequestTimeout)
-	case c.MaxWindow < 0:
-		return fmt.Errorf("dispatcher: MaxWindow %d must not be negative", c.MaxWindow)
-	case c.MaxBufferedBytes < 0:
-		return fmt.Errorf("dispatcher: MaxBufferedBytes %d must not be negative", c.MaxBufferedBytes)
-	case c.MaxParkedBytes < 0:
-		return fmt.Errorf("dispatcher: MaxParkedBytes %d must not be negative", c.MaxParkedBytes)
-	case c.SessionTimeout < 0:
-		return fmt.Errorf("dispatcher: SessionTimeout %v must not be negative", c.SessionTimeout)
-	case c.RedriveInterval < 0:
-		return fmt.Errorf("dispatcher: RedriveInterval %v must not be negative", c.RedriveInterval)
 	}
-	if err := c.Retry.Validate(); err != nil {
+	if err := c.Tuning.Validate(); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	return nil
 }
+
+// Validate reports the first field of t that is wrong, as a *FieldError.
+// Zero fields are valid: they mean the default.
+func (t Tuning) Validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"FlushInterval", t.FlushInterval}, {"CommitInterval", t.CommitInterval},
+		{"DrainTimeout", t.DrainTimeout}, {"RequestTimeout", t.RequestTimeout},
+		{"SessionTimeout", t.SessionTimeout}, {"ResyncInterval", t.ResyncInterval},
+		{"RedriveInterval", t.RedriveInterval},
+	} {
+		if d.v < 0 {
+			return &FieldError{Field: d.name, Err: fmt.Errorf("%v must not be negative", d.v)}
+		}
+	}
+	switch {
+	case t.MaxWindow < 0:
+		return &FieldError{Field: "MaxWindow", Err: fmt.Errorf("%d must not be negative", t.MaxWindow)}
+	case t.ParkAfter != nil && *t.ParkAfter < 0:
+		return &FieldError{Field: "ParkAfter", Err: fmt.Errorf("%d must be 0 (never park) or more", *t.ParkAfter)}
+	case t.MaxBufferedBytes < 0:
+		return &FieldError{Field: "MaxBufferedBytes", Err: fmt.Errorf("%d must not be negative", t.MaxBufferedBytes)}
+	case t.MaxParkedBytes < 0:
+		return &FieldError{Field: "MaxParkedBytes", Err: fmt.Errorf("%d must not be negative", t.MaxParkedBytes)}
+	}
+	if err := t.Retry.Validate(); err != nil {
+		return &FieldError{Field: "Retry", Err: err}
+	}
+	return nil
+}
+
+// FieldError is a Tuning field with a value the node cannot run with;
+// Field is its name, so that callers can name their own setting.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keyhook/keyhook/deadletter"
-	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -448,12 +447,6 @@ func (g *group) ackBatched(ctx context.Context, w *worker, r *record) {
 		g.tel.endToEnd.Record(ctx, time.Since(r.Payload.Timestamp).Seconds(), g.opts.subRecord...)
 	}
 	w.pushResult(result{rec: r, acked: true})
-}
-
-// newRequest renders record r as sub's endpoint receives it, signed and
-// with its credentials: what a redrive sends.
-func newRequest(sub *subscription.Subscription, r *kgo.Record, deliveryID string) (*webhooks.Request, error) {
-	return delivery.New(sub, webhooks.RetryPolicy{}).Render(message(sub, r, deliveryID))
 }
 
 // message is record r as webhooks sees it: no Kafka, just a message with

@@ -218,7 +218,7 @@ func TestZombieChangesNothing(t *testing.T) {
 	}
 	// Wait for the commit of the first 100, then take the partition over.
 	testutil.WaitCommitted(t, adm, sub.GroupID(), map[int32]int64{0: 100}, 30*time.Second)
-	claim, err := store.Claim(context.Background(), pk, "usurper", 1<<30)
+	claim, err := store.ClaimRanges(context.Background(), pk, "usurper", 1<<30, "", nil)
 	if err != nil {
 		t.Fatalf("usurper claim: %v", err)
 	}
@@ -278,7 +278,7 @@ func TestWindowPausesFetchingBehindAStuckKeyWhenKeysDoNotPark(t *testing.T) {
 	sub := newSub("window", "window", sink.URL, subscription.OrderKey, 32)
 	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
 		c.MaxWindow = window
-		c.ParkAfter = -1
+		c.ParkAfter = new(0) // never park
 	})
 
 	// Wait until the partition pauses, then check the window held.

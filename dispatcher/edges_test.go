@@ -31,7 +31,7 @@ func TestFencedClaimIsRetriedUntilItSucceeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	pk := tracking.PartitionKey{Subscription: sub.ID, Topic: "fenced", Partition: 0}
-	if _, err := store.Claim(context.Background(), pk, "ghost", 1<<30); err != nil {
+	if _, err := store.ClaimRanges(context.Background(), pk, "ghost", 1<<30, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	ghostAt := time.Now()

@@ -113,7 +113,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	}
 	g.pool = newPool(g)
 	g.initTelemetry()
-	g.partition = partitionConfig(s, n.cfg.MaxWindow, n.cfg.ParkAfter)
+	g.partition = partitionConfig(s, n.cfg.MaxWindow, *n.cfg.ParkAfter)
 	g.partition.Budget = n.budget
 	g.partition.ParkBudget = n.parkBudget
 	if err := g.partition.Validate(); err != nil {

@@ -87,12 +87,14 @@ const (
 func startNodeTracking(t *testing.T, brokers []string, tracker dispatcher.Tracker, subs dispatcher.Subscriptions, mod func(*dispatcher.Config)) *nodeHandle {
 	t.Helper()
 	cfg := dispatcher.Config{
-		NodeID:         fmt.Sprintf("node-%d", time.Now().UnixNano()),
-		Brokers:        brokers,
-		CommitInterval: 100 * time.Millisecond,
-		SessionTimeout: testSession,
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+		NodeID:  fmt.Sprintf("node-%d", time.Now().UnixNano()),
+		Brokers: brokers,
+		Tuning: dispatcher.Tuning{
+			CommitInterval: 100 * time.Millisecond,
+			SessionTimeout: testSession,
+			Retry:          webhooks.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+		},
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -94,7 +94,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: MaxParkedBytes: %w", err)
 	}
-	redeliver, err := NewRedeliverer(sender, RedeliverConfig{Retry: cfg.Retry})
+	redeliver, err := NewRedeliverer(sender, RedeliverConfig{})
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func TestStuckKeyNeverStopsItsPartition(t *testing.T) {
 		sub := newSub("parking", topic, sink.URL, subscription.OrderKey, 16)
 		h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
 			c.MaxWindow = window
-			c.ParkAfter = 4
+			c.ParkAfter = new(4)
 		})
 
 		// Everything but the stuck key's records (one of them in flight).

@@ -3,25 +3,22 @@ package dispatcher
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
 // RedeliverConfig tunes a Redeliverer; zero values mean the defaults.
 type RedeliverConfig struct {
-	// Retry is the node's default retry policy, under each subscription's.
-	Retry webhooks.RetryPolicy
 	// Attempts bounds the attempts of each redelivery. Default 3.
 	Attempts int
 }
 
-// Redeliverer delivers single records of a subscription again the way
-// the group delivers them (format, signature, credentials, timeout), with
-// a few attempts and no dead letter: the redrive of dead letters, which
+// Redeliverer delivers single records of a subscription again through
+// the group's [delivery.Endpoint], as every other delivery (format,
+// signature, credentials, timeout), with a few attempts and no dead letter: the redrive of dead letters, which
 // the owner of their source partition sends through the key's lane.
 type Redeliverer struct {
 	sender Sender
@@ -36,20 +33,17 @@ func NewRedeliverer(sender Sender, cfg RedeliverConfig) (*Redeliverer, error) {
 	if cfg.Attempts == 0 {
 		cfg.Attempts = 3
 	}
-	cfg.Retry = cfg.Retry.WithDefaults()
 	return &Redeliverer{sender: sender, cfg: cfg}, nil
 }
 
-// Redeliver delivers r to sub's endpoint under deliveryID with at most
-// Attempts attempts, and returns nil once the endpoint accepted it.
-func (d *Redeliverer) Redeliver(ctx context.Context, sub *subscription.Subscription, r *kgo.Record, deliveryID string) error {
-	req, err := newRequest(sub, r, deliveryID)
+// Redeliver delivers r to ep under deliveryID with at most Attempts
+// attempts, and returns nil once the endpoint accepted it.
+func (d *Redeliverer) Redeliver(ctx context.Context, ep *delivery.Endpoint, r *kgo.Record, deliveryID string) error {
+	req, err := ep.Render(message(ep.Subscription(), r, deliveryID))
 	if err != nil {
 		return fmt.Errorf("dispatcher: redeliver %s: %w", deliveryID, err)
 	}
-	req.Signer, req.Auth = sub.Signer(time.Now()), sub.Endpoint.Auth.Auth()
-	req.Timeout = time.Duration(sub.Endpoint.TimeoutMS) * time.Millisecond
-	policy := sub.Retry.Policy(d.cfg.Retry)
+	policy := ep.Policy()
 	policy.MaxAttempts = d.cfg.Attempts
 	res := d.sender.Deliver(ctx, req, policy, nil)
 	if res.Outcome == webhooks.OutcomeSuccess {

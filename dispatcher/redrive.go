@@ -192,7 +192,7 @@ func (r *redriver) deliver(j job) {
 	delete(r.entries, j.rec)
 	r.mu.Unlock()
 	ctx := j.w.deliverCtx
-	err := r.g.n.redeliver.Redeliver(ctx, r.g.sub, j.rec.Payload, rd.DeliveryID)
+	err := r.g.n.redeliver.Redeliver(ctx, r.g.ep, j.rec.Payload, rd.DeliveryID)
 	if ctx.Err() == nil {
 		if err != nil {
 			// Refused again: it stays listed in the dead-letter topic,

@@ -84,7 +84,7 @@ func testRetentionGuard(t *testing.T, brokers []string, deadLetter bool) {
 		testutil.CreateTopics(t, brokers, 1, dlq)
 	}
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
-		c.ParkAfter = 2
+		c.ParkAfter = new(2)
 	})
 
 	if deadLetter {
@@ -165,7 +165,7 @@ func TestRetentionGuardDeadLettersBeforeTheBrokerDeletes(t *testing.T) {
 	sub.DeadLetterTopic = dlq
 	var logs syncBuffer
 	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
-		c.ParkAfter = 2
+		c.ParkAfter = new(2)
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
 

@@ -252,8 +252,8 @@ func TestDrainCutsAttemptsARequestTimeoutPastItsDeadline(t *testing.T) {
 	const drain, request = 200 * time.Millisecond, 300 * time.Millisecond
 	sender := stuckSender{started: make(chan struct{}, 1)}
 	n, err := dispatcher.New(dispatcher.Config{
-		NodeID: "drain-cut", Brokers: brokers, SessionTimeout: 6 * time.Second,
-		DrainTimeout: drain, RequestTimeout: request,
+		NodeID: "drain-cut", Brokers: brokers,
+		Tuning: dispatcher.Tuning{SessionTimeout: 6 * time.Second, DrainTimeout: drain, RequestTimeout: request},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}, staticSubs{sub}, sender, tracker)
 	if err != nil {

@@ -222,7 +222,7 @@ type published struct {
 
 // partitionConfig is the state machine configuration of s's partitions.
 func partitionConfig(s *subscription.Subscription, maxWindow int64, parkAfter int) partition.Config {
-	cfg := partition.Config{MaxWindow: maxWindow, ParkAfter: max(parkAfter, 0), Conflate: s.Conflate}
+	cfg := partition.Config{MaxWindow: maxWindow, ParkAfter: parkAfter, Conflate: s.Conflate}
 	switch s.Ordering {
 	case subscription.OrderPartition:
 		cfg.Ordering = partition.OrderPartition

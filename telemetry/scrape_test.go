@@ -76,9 +76,12 @@ func TestMetricsAfterAScriptedRunBackTheAlertsAndDashboard(t *testing.T) {
 	sub := &subscription.Subscription{ID: "sub_scraped", Name: "scraped", Topics: []string{topic}, Endpoint: subscription.Endpoint{URL: sink.URL}, MaxInFlight: 4, Version: 1}
 	sub.Normalize()
 	node, err := dispatcher.New(dispatcher.Config{
-		NodeID: "scraped", Brokers: brokers, CommitInterval: 50 * time.Millisecond,
+		NodeID: "scraped", Brokers: brokers,
+		Tuning: dispatcher.Tuning{
+			CommitInterval: 50 * time.Millisecond,
+			Retry:          webhooks.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond},
+		},
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Retry:         webhooks.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond},
 		MeterProvider: p.Meter,
 	}, fixedSubs{sub}, sender, tracker)
 	if err != nil {

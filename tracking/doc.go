@@ -12,8 +12,8 @@
 // flushes its in-memory state every few milliseconds in one script call
 // that is refused once a newer claim took any of its ranges: a zombie
 // therefore cannot overwrite the state of the node that replaced it. A
-// node writes all its partitions in one round trip (FlushMany,
-// FlushRanges, ReleaseMany); a flush round is one script call for every
+// node writes all its partitions in one round trip (FlushRanges,
+// ReleaseMany); a flush round is one script call for every
 // partition on a single server, and one per hash slot on Redis Cluster,
 // whose scripts may not span slots. Every multi-step change is one Lua
 // script (scripts.go), so the state is never half-written.
@@ -26,7 +26,8 @@
 // passes it. A claim learns the pieces it takes with their watermarks
 // (its floors) and the union of the acked sets of the claims it took
 // them from. A HASH written before range claims reads as one claim of the
-// whole space, so a rolling upgrade loses no acked offset.
+// whole space, and the first claim over it rewrites it as one, so a
+// rolling upgrade loses no acked offset.
 //
 // A claim that knows the topic's Kafka ID records it, and drops offsets
 // recorded under another ID: those of a deleted topic of the same name,

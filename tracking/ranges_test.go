@@ -373,26 +373,46 @@ func TestLegacyStateUpgradesWithoutLosingAckedOffsets(t *testing.T) {
 	}
 }
 
-// An owner of the old layout still flushing its epoch after the upgrade
-// of the code must keep working: its flush upgrades the HASH.
-func TestFlushOfALegacyClaimUpgradesIt(t *testing.T) {
+// Only a claim upgrades the layout before range claims: a flush or a
+// release finding it is refused as fenced and writes nothing, whatever
+// epoch it presents, since the claim that gave the epoch upgraded the
+// HASH and an older node's claim wrote it again since. The claim over it
+// upgrades it, and its flushes and release work.
+func TestOnlyAClaimUpgradesTheLegacyLayout(t *testing.T) {
 	ctx := context.Background()
 	s, rdb, _ := newStore(t, Config{})
 	const epoch = 1_700_000_000_000_000
-	if err := rdb.HSet(ctx, s.key(pkA), fieldEpoch, epoch, fieldGen, 3, fieldOwner, "node-a",
+	if err := rdb.HSet(ctx, s.key(pkA), fieldEpoch, epoch, fieldGen, 3, fieldOwner, "node-old",
 		fieldAcked, setOf(offsets.Range{Start: 7, End: 8}).AppendBinary(nil), fieldWatermark, 5, fieldCommitted, 4,
 		fieldUpdated, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Flush(ctx, pkA, Flush{Epoch: epoch - 1, Watermark: 6, Committed: 5}); !errors.Is(err, ErrFenced) {
-		t.Errorf("flush with another epoch = %v; want ErrFenced", err)
+	before := stored(t, s, rdb, pkA)
+	for _, e := range []int64{epoch, epoch - 1} {
+		if err := s.Flush(ctx, pkA, Flush{Epoch: e, Watermark: 6, Committed: 5}); !errors.Is(err, ErrFenced) {
+			t.Errorf("flush of epoch %d over the legacy layout = %v; want ErrFenced", e, err)
+		}
+		if err := s.Release(ctx, pkA, e); !errors.Is(err, ErrFenced) {
+			t.Errorf("release of epoch %d over the legacy layout = %v; want ErrFenced", e, err)
+		}
 	}
-	r := flushOne(t, s, pkA, Flush{Epoch: epoch, Acked: setOf(offsets.Range{Start: 7, End: 9}), Watermark: 6, Committed: 5})
+	if diff := cmp.Diff(before, stored(t, s, rdb, pkA)); diff != "" {
+		t.Errorf("legacy HASH changed by refused writes (-before +after):\n%s", diff)
+	}
+
+	c := mustClaimRanges(t, s, pkA, "node-new", 4, nil)
+	if c.Acked.String() != "7" || c.PrevOwner != "node-old" {
+		t.Errorf("claim = acked %q prev %q; want 7, node-old", c.Acked, c.PrevOwner)
+	}
+	r := flushOne(t, s, pkA, Flush{Epoch: c.Epoch, Acked: setOf(offsets.Range{Start: 7, End: 9}), Watermark: 6, Committed: 5})
 	if r.Watermark != 6 || r.Committed != 5 {
-		t.Errorf("flush = %+v; want watermark 6, committed 5", r)
+		t.Errorf("flush after the upgrade = %+v; want watermark 6, committed 5", r)
 	}
-	if st := load(t, s, pkA); st.Owner != "node-a" || st.Acked.String() != "7-8" || st.Generation != 3 {
-		t.Errorf("Load = %+v; want node-a's claim, acked 7-8, generation 3", st)
+	if st := load(t, s, pkA); st.Owner != "node-new" || st.Acked.String() != "7-8" || st.Generation != 4 {
+		t.Errorf("Load = %+v; want node-new's claim, acked 7-8, generation 4", st)
+	}
+	if err := s.Release(ctx, pkA, c.Epoch); err != nil {
+		t.Errorf("release after the upgrade: %v", err)
 	}
 }
 

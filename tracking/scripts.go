@@ -189,6 +189,58 @@ local function split(ps, rs, inside)
 	end
 	return out
 end
+`
+
+// claimCmd makes a node the owner of some hash ranges of a partition
+// under a new epoch.
+//
+// The claim is refused when one of the pieces it would take belongs to a
+// live (unreleased) claim whose generation is newer than the claimer's
+// and which was updated less than the stale limit ago: a zombie from an
+// older generation cannot steal ranges back, yet a generation that
+// restarts low (the consumer group expired and was recreated) cannot
+// stall the partition for longer than the limit. Otherwise the pieces are
+// cut at the ranges' bounds and the parts inside become the new claim's,
+// keeping their watermarks (the floors the claim answers). The claims it
+// took pieces from answer their acked sets, and the new claim stores the
+// one set when there is only one (a takeover of a whole claim); the
+// caller seeds the union of several (seedCmd).
+//
+// A HASH of the layout before range claims is upgraded first, even when
+// the claim is then refused: that rewrites how the state is stored, not
+// what it says. This is the one script that upgrades: an owner's first
+// touch of a partition's state is its claim, and the other scripts take
+// the old layout for the claim of an older node (see flushCmd).
+//
+// The new epoch is max(stored epoch + 1, now in µs). Taking the clock
+// into account keeps epochs increasing even after Redis lost the key: a
+// plain counter would restart at 1 and could hand a new owner the very
+// epoch a zombie still holds.
+//
+// Offsets mean something only within one incarnation of a topic. When the
+// claimer knows the topic's ID and the state was written for another one
+// (the topic was deleted and created again under the same name), the
+// offsets of every claim and piece are dropped before the claim: the old
+// acked ranges would make the new owner skip records of the new topic.
+// Epochs, generations and owners stay, so fencing is unchanged. A state
+// without an ID (written before IDs were stored) adopts the claimer's.
+//
+// Input:
+// KEYS[1] -> the partition's tracking HASH (keyspace.Partition)
+// --
+// ARGV[1] -> owner node id
+// ARGV[2] -> owner's Kafka group generation
+// ARGV[3] -> stale limit in milliseconds
+// ARGV[4] -> the topic's ID, "" unknown (nothing is compared or stored)
+// ARGV[5] -> the ranges claimed (keyrange.Set.String, normalised, not empty)
+//
+// Output:
+// {"ok", epoch, {acked sets of the claims taken from}, committed mirror, previous owner ("" none), discarded topic ID ("" none), {lo, hi, watermark, ...}}
+// {"fenced", stored generation, stored owner, ms since the last update}
+var claimCmd = newScript(upgradeLua + claimLua)
+
+// upgradeLua declares upgrade(key), claimCmd's alone.
+const upgradeLua = `
 -- upgrade rewrites a HASH that holds a claim of the layout before range
 -- claims (gen, owner, acked, watermark... at the top, written by an older
 -- keyhook) as one claim of the whole space under the stored epoch, its
@@ -227,52 +279,6 @@ local function upgrade(key)
 	redis.call("HSET", key, unpack(set))
 end
 `
-
-// claimCmd makes a node the owner of some hash ranges of a partition
-// under a new epoch.
-//
-// The claim is refused when one of the pieces it would take belongs to a
-// live (unreleased) claim whose generation is newer than the claimer's
-// and which was updated less than the stale limit ago: a zombie from an
-// older generation cannot steal ranges back, yet a generation that
-// restarts low (the consumer group expired and was recreated) cannot
-// stall the partition for longer than the limit. Otherwise the pieces are
-// cut at the ranges' bounds and the parts inside become the new claim's,
-// keeping their watermarks (the floors the claim answers). The claims it
-// took pieces from answer their acked sets, and the new claim stores the
-// one set when there is only one (a takeover of a whole claim); the
-// caller seeds the union of several (seedCmd).
-//
-// A HASH of the layout before range claims is upgraded first, even when
-// the claim is then refused: that rewrites how the state is stored, not
-// what it says.
-//
-// The new epoch is max(stored epoch + 1, now in µs). Taking the clock
-// into account keeps epochs increasing even after Redis lost the key: a
-// plain counter would restart at 1 and could hand a new owner the very
-// epoch a zombie still holds.
-//
-// Offsets mean something only within one incarnation of a topic. When the
-// claimer knows the topic's ID and the state was written for another one
-// (the topic was deleted and created again under the same name), the
-// offsets of every claim and piece are dropped before the claim: the old
-// acked ranges would make the new owner skip records of the new topic.
-// Epochs, generations and owners stay, so fencing is unchanged. A state
-// without an ID (written before IDs were stored) adopts the claimer's.
-//
-// Input:
-// KEYS[1] -> the partition's tracking HASH (keyspace.Partition)
-// --
-// ARGV[1] -> owner node id
-// ARGV[2] -> owner's Kafka group generation
-// ARGV[3] -> stale limit in milliseconds
-// ARGV[4] -> the topic's ID, "" unknown (nothing is compared or stored)
-// ARGV[5] -> the ranges claimed (keyrange.Set.String, normalised, not empty)
-//
-// Output:
-// {"ok", epoch, {acked sets of the claims taken from}, committed mirror, previous owner ("" none), discarded topic ID ("" none), {lo, hi, watermark, ...}}
-// {"fenced", stored generation, stored owner, ms since the last update}
-var claimCmd = newScript(claimLua)
 
 const claimLua = `
 local now, nowus = servertime()
@@ -389,6 +395,11 @@ return {"ok"}
 // flushCmd writes a claim's in-memory state iff the claim still holds
 // exactly the ranges it declares. Nothing is written otherwise.
 //
+// A HASH of the layout before range claims (F.gen at the top) is refused
+// as fenced whatever the epoch: every claim of this code upgraded it, so
+// it was written since by an older node's claim, which took the whole
+// space. Only claimCmd upgrades it.
+//
 // Each of the claim's pieces takes the claim's watermark if higher, and
 // every piece the Kafka commit if higher: both are facts, so a max of
 // them is one too, and no piece's watermark ever goes back. The reply
@@ -450,14 +461,7 @@ local function flush(key, a, clock)
 	if not h[1] then
 		return {"lost"}
 	end
-	if h[3] then
-		if h[1] ~= e then
-			return {"fenced", h[1]}
-		end
-		upgrade(key)
-		h = redis.call("HMGET", key, F.epoch, F.pieces, F.gen, F.committed, cf(e, F.ranges))
-	end
-	if not h[2] or h[5] ~= a[2] then
+	if h[3] or not h[2] or h[5] ~= a[2] then
 		return {"fenced", h[1]}
 	end
 	local wm, c = tonumber(a[4]), tonumber(a[6])
@@ -535,7 +539,8 @@ return out
 // iff the claim still holds exactly the ranges it declares and holds every
 // hash to release. The released pieces keep their watermarks and the
 // claim's acked set for the next owner; the claim's declared ranges
-// shrink.
+// shrink. A HASH of the layout before range claims is refused as flushCmd
+// refuses it.
 //
 // Releasing every range marks the claim's pieces released and keeps the
 // claim, which will not change any more. Releasing some ranges moves them
@@ -563,14 +568,7 @@ local h = redis.call("HMGET", KEYS[1], F.epoch, F.pieces, F.gen, cf(e, F.ranges)
 if not h[1] then
 	return {"lost"}
 end
-if h[3] then
-	if h[1] ~= e then
-		return {"fenced", h[1]}
-	end
-	upgrade(KEYS[1])
-	h = redis.call("HMGET", KEYS[1], F.epoch, F.pieces, F.gen, cf(e, F.ranges))
-end
-if not h[2] or not h[4] then
+if h[3] or not h[2] or not h[4] then
 	return {"fenced", h[1]}
 end
 local ps = parsepieces(h[2])

@@ -15,7 +15,7 @@ import (
 // spells a field name as a literal instead of reading it from F, which
 // is built from the constants decodeState reads.
 func TestScriptsNameFieldsOnlyThroughTheGoConstants(t *testing.T) {
-	for name, body := range map[string]string{"lib": libLua, "claim": claimLua, "seed": seedLua, "flush": flushFuncLua, "flush round": flushRoundLua, "release": releaseLua} {
+	for name, body := range map[string]string{"lib": libLua, "upgrade": upgradeLua, "claim": claimLua, "seed": seedLua, "flush": flushFuncLua, "flush round": flushRoundLua, "release": releaseLua} {
 		for _, f := range scriptFields {
 			for _, lit := range []string{strconv.Quote(f[1]), "'" + f[1] + "'"} {
 				if strings.Contains(body, lit) {
@@ -68,15 +68,16 @@ func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 
 // The flush of every partition with one sharer runs each tick: it must
 // read a handful of fields with one HMGET, never a whole HASH nor another
-// claim's acked set.
+// claim's acked set, and leave the upgrade of the legacy layout to the
+// claim.
 func TestFlushScriptReadsOnlyTheFieldsItNeeds(t *testing.T) {
-	for _, read := range []string{"HGETALL", "HVALS", "HKEYS", "HSCAN", `"HGET"`, "cf(p.e"} {
+	for _, read := range []string{"HGETALL", "HVALS", "HKEYS", "HSCAN", `"HGET"`, "cf(p.e", "upgrade("} {
 		if strings.Contains(flushFuncLua, read) {
 			t.Errorf("flush script contains %s; want one HMGET of the partition's fields and its own claim's", read)
 		}
 	}
-	if n := strings.Count(flushFuncLua, `"HMGET"`); n != 2 {
-		t.Errorf("flush script has %d HMGET; want 2 (the second only after upgrading a legacy HASH)", n)
+	if n := strings.Count(flushFuncLua, `"HMGET"`); n != 1 {
+		t.Errorf("flush script has %d HMGET; want 1", n)
 	}
 }
 

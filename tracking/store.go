@@ -119,7 +119,8 @@ func (pk PartitionKey) String() string {
 // Claim is what a new owner learns when it claims a partition, or some
 // hash ranges of it.
 type Claim struct {
-	// Epoch identifies this claim; Flush and Release must present it.
+	// Epoch identifies this claim; FlushRanges and the releases must
+	// present it.
 	Epoch int64
 	// Acked holds the offsets acked by the claims this one took pieces
 	// from (the union of their acked sets, true acks only: records
@@ -150,39 +151,26 @@ type Floor struct {
 	Watermark int64
 }
 
-// Claim makes owner the owner of pk under a new epoch and returns the
-// stored acked offsets and commit mirror, so the new owner can skip what
-// was already delivered.
+// ClaimRanges makes owner the owner of the given hash ranges of pk
+// (keyrange) under a new epoch, whoever held them, and returns what was
+// stored of them, so the new owner can skip what was already delivered:
+// the acked offsets, the floors and the commit mirror. Nil, empty or
+// keyrange.Full() claim the whole partition. Claiming a partition with no
+// state creates it.
 //
-// It returns ErrFenced, changing nothing, when the stored generation is
-// greater than generation and the state was updated less than
-// Config.StaleClaim ago: a node that missed a rebalance cannot steal the
-// partition back, but a generation reset cannot stall it forever either.
-// Claiming a partition with no state creates it. Claim does not know the
-// topic's ID; see ClaimTopic.
-func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, generation int32) (Claim, error) {
-	return s.ClaimRanges(ctx, pk, owner, generation, "", nil)
-}
-
-// ClaimTopic is Claim for a topic whose Kafka topic ID (KIP-516) the
-// caller knows: stored offsets of another topic ID, left by a topic of the
-// same name that was deleted, are dropped instead of returned (the claim
+// Fencing is decided per stored piece the ranges overlap: it returns
+// ErrFenced, changing nothing, when the piece's live claim has a newer
+// generation and was updated less than Config.StaleClaim ago. A node that
+// missed a rebalance cannot steal the partition back, but a generation
+// reset cannot stall it forever either. A live claim that loses any piece
+// to this one is fenced: its next FlushRanges, Release or ReleaseRanges
+// returns ErrFenced.
+//
+// topicID is the topic's Kafka topic ID (KIP-516), "" when the caller
+// does not know it (nothing is compared or recorded). Stored offsets of
+// another topic ID, left by a topic of the same name that was deleted,
+// are dropped instead of returned, for the whole partition (the claim
 // reports their ID in DiscardedTopicID), and the state records topicID.
-// An empty topicID compares and records nothing, as Claim.
-func (s *Store) ClaimTopic(ctx context.Context, pk PartitionKey, owner string, generation int32, topicID string) (Claim, error) {
-	return s.ClaimRanges(ctx, pk, owner, generation, topicID, nil)
-}
-
-// ClaimRanges is ClaimTopic for part of the hash space (keyrange): the
-// claim takes the given ranges under a new epoch, whoever held them; nil,
-// empty or keyrange.Full() claim the whole partition.
-//
-// Fencing is decided per stored piece the ranges overlap, by Claim's
-// rule: ErrFenced, changing nothing, when the piece's live claim has a
-// newer generation and was updated less than Config.StaleClaim ago. A
-// live claim that loses any piece to this one is fenced: its next Flush,
-// Release or ReleaseRanges returns ErrFenced. The topic-ID rule of
-// ClaimTopic applies to the whole partition.
 func (s *Store) ClaimRanges(ctx context.Context, pk PartitionKey, owner string, generation int32, topicID string, ranges keyrange.Set) (Claim, error) {
 	if err := pk.validate(); err != nil {
 		return Claim{}, fmt.Errorf("tracking: claim: %w", err)
@@ -276,9 +264,9 @@ func decodeClaim(res []any) (Claim, int, error) {
 }
 
 // Flush is the owner's in-memory state of one claim, written to Redis by
-// Store.Flush.
+// Store.FlushRanges.
 type Flush struct {
-	// Epoch is the one Claim returned.
+	// Epoch is the one ClaimRanges returned.
 	Epoch int64
 	// Ranges are the hash ranges the claim holds now: those it claimed
 	// less those it released. Nil or empty means the whole space.
@@ -337,15 +325,7 @@ type Holding struct {
 	OldestParked time.Time `json:"oldest_parked,omitzero"`
 }
 
-// Flush writes f as pk's state in one round trip, iff f.Epoch's claim
-// still holds exactly f.Ranges. Otherwise nothing is written and it
-// returns ErrFenced (a newer claim took some of its ranges) or
-// ErrStateLost (pk's key is gone).
-func (s *Store) Flush(ctx context.Context, pk PartitionKey, f Flush) error {
-	return s.FlushMany(ctx, []PartitionFlush{{Key: pk, Flush: f}})[0]
-}
-
-// PartitionFlush is one partition's state for FlushMany.
+// PartitionFlush is one partition's state for FlushRanges.
 type PartitionFlush struct {
 	Key   PartitionKey
 	Flush Flush
@@ -365,22 +345,15 @@ type FlushResult struct {
 	Committed int64
 }
 
-// FlushMany writes every state of fs as Flush does, all in one pipelined
-// round trip under ctx's one deadline: a node writes all its partitions
-// per tick at the cost of one. Each write stands alone (a fenced or lost
-// partition does not stop the others). It returns one error per element
-// of fs, in its order, nil for a write that was made.
-func (s *Store) FlushMany(ctx context.Context, fs []PartitionFlush) []error {
-	errs := make([]error, len(fs))
-	for i, r := range s.FlushRanges(ctx, fs) {
-		errs[i] = r.Err
-	}
-	return errs
-}
-
-// FlushRanges writes like FlushMany and also answers each partition's
-// merged state after its write: the watermark every sharer's acks add up
-// to, which a commit must not pass, and the commit mirror.
+// FlushRanges writes every state of fs, each iff its Epoch's claim still
+// holds exactly its Ranges, all in one pipelined round trip under ctx's
+// one deadline: a node writes all its partitions per tick at the cost of
+// one. Each write stands alone: a partition not written answers ErrFenced
+// (a newer claim took some of its ranges) or ErrStateLost (its key is
+// gone), and does not stop the others. It answers one FlushResult per
+// element of fs, in its order, with the partition's merged state after
+// its write: the watermark every sharer's acks add up to, which a commit
+// must not pass, and the commit mirror.
 //
 // On a single server (a *redis.Client, Sentinel's included) the whole
 // round is one script call, up to maxRound partitions per call; on Redis

@@ -7,113 +7,200 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/connect"
+	"github.com/keyhook/keyhook/dispatcher"
 )
 
-// config is the one configuration of a keyhook node; every field is a flag
-// with a KEYHOOK_* environment twin.
+// config is the one configuration of a keyhook node; every field is set
+// by flags, each with a KEYHOOK_* environment twin.
 type config struct {
-	KafkaBrokers          []string
-	RedisURL              string
-	HTTPAddr              string
-	NodeID                string
-	AllowPrivateEndpoints bool
-	Roles                 string
-	LogLevel              string
-	LogFormat             string
-	DrainTimeout          time.Duration
-	FlushInterval         time.Duration
-	CommitInterval        time.Duration
-	SessionTimeout        time.Duration
-	MaxWindow             int64
-	MaxBufferedBytes      int64
-	ParkAfter             int
-	MaxParkedBytes        int64
-	RequestTimeout        time.Duration
-	// BootstrapToken, when set, is made an admin API token at start
-	// (idempotent), so a fresh deployment has a first token.
-	BootstrapToken string
-	// MetricsPublic serves /metrics without a token.
-	MetricsPublic bool
-	// MetricsToken, when set, is made an API token with the metrics scope
-	// at start (idempotent): the token a Prometheus scraper is given.
-	MetricsToken string
-	// EndpointConcurrency caps the concurrent requests to one endpoint
-	// origin from this node, over every subscription; 0 is no cap. An
-	// endpoint that throttles (429, 503) gets fewer either way.
-	EndpointConcurrency int
-	// EndpointNetHTTP sends every attempt through net/http, plain http
-	// endpoints included.
-	EndpointNetHTTP bool
-	// TracesExporter is none, otlp or console; empty defers to
-	// OTEL_TRACES_EXPORTER.
-	TracesExporter string
+	// node is the node's configuration as the knobs set it, taken by
+	// app.Build as it is (see app).
+	node app.Config
+	// Roles, LogLevel and LogFormat are what the flags say; app derives
+	// the node's roles and logger from them.
+	Roles     string
+	LogLevel  string
+	LogFormat string
 	// Kafka is how every Kafka client reaches the brokers (TLS, SASL).
 	Kafka connect.KafkaConfig
-	// Redis is the Redis topology and TLS; its URL is RedisURL.
+	// Redis is the Redis topology, URL and TLS.
 	Redis connect.RedisConfig
-	// ConfigTopic is the compacted topic recording every subscription and
-	// token change.
-	ConfigTopic string
-
-	// getenv reads the environment (OTEL_* for the exporters).
-	getenv func(string) string
-	// console receives spans with --traces-exporter console.
-	console io.Writer
 }
 
-// app maps the flags onto the node's configuration.
+// knob is one flag of the node's configuration, declared once in knobs:
+// its name (its environment twin is envName(name)), the app.Config field
+// it sets, its help, and the declaration that binds it with its default.
+type knob struct {
+	name string
+	// field is the app.Config field the flag sets, "" none: a FieldError
+	// of app.Build names the flag through it.
+	field string
+	// doc is the default as the README's flag table states it, when not
+	// the flag's own literal default.
+	doc   string
+	usage string
+	bind  func(fs *flag.FlagSet, name, usage string)
+	// check, when set, says what is wrong with the value parsed, "" when
+	// nothing is.
+	check func() string
+}
+
+// knobs declares the flags that set c.node and the process's own
+// (--roles, --log-*). The connection flags are declared by addKafkaFlags
+// and addRedisFlags, shared with the commands that connect without
+// running a node. Each default is the constant the package that applies
+// it owns.
+func (c *config) knobs() []knob {
+	n := &c.node
+	return []knob{
+		{name: "http-addr", field: "HTTPAddr", usage: "address the REST API listens on",
+			bind: stringFlag(&n.HTTPAddr, app.DefaultHTTPAddr), check: func() string {
+				if _, _, err := net.SplitHostPort(n.HTTPAddr); err != nil {
+					return fmt.Sprintf("has %q, want host:port", n.HTTPAddr)
+				}
+				return ""
+			}},
+		{name: "node-id", field: "NodeID", doc: "hostname-pid", usage: "this node's name in tracking state and status (default hostname-pid)",
+			bind: stringFlag(&n.NodeID, "")},
+		{name: "allow-private-endpoints", usage: "allow endpoints on loopback, private and link-local addresses",
+			bind: boolFlag(&n.AllowPrivateEndpoints)},
+		{name: "roles", field: "Roles", usage: "roles this process runs: api, dispatcher or both",
+			bind: stringFlag(&c.Roles, "api,dispatcher"), check: func() string {
+				if _, _, err := c.roles(); err != nil {
+					return err.Error()
+				}
+				return ""
+			}},
+		{name: "log-level", usage: "log level: debug, info, warn, error",
+			bind: stringFlag(&c.LogLevel, "info"), check: func() string {
+				if _, err := parseLevel(c.LogLevel); err != nil {
+					return err.Error()
+				}
+				return ""
+			}},
+		{name: "log-format", usage: "log format: text or json",
+			bind: stringFlag(&c.LogFormat, "text"), check: func() string {
+				if c.LogFormat != "text" && c.LogFormat != "json" {
+					return fmt.Sprintf("is %q, want text or json", c.LogFormat)
+				}
+				return ""
+			}},
+		{name: "drain-timeout", field: "DrainTimeout", usage: "how long a released partition waits for in-flight deliveries",
+			bind: durationFlag(&n.DrainTimeout, dispatcher.DefaultDrainTimeout), check: positive(&n.DrainTimeout)},
+		{name: "flush-interval", field: "FlushInterval", usage: "how often acked offsets are written to Redis",
+			bind: durationFlag(&n.FlushInterval, dispatcher.DefaultFlushInterval), check: positive(&n.FlushInterval)},
+		{name: "commit-interval", field: "CommitInterval", usage: "how often the watermark is committed to Kafka",
+			bind: durationFlag(&n.CommitInterval, dispatcher.DefaultCommitInterval), check: positive(&n.CommitInterval)},
+		{name: "session-timeout", field: "SessionTimeout", usage: "Kafka consumer group session timeout; a partition's ownership lease is four fifths of it",
+			bind: durationFlag(&n.SessionTimeout, dispatcher.DefaultSessionTimeout), check: positive(&n.SessionTimeout)},
+		{name: "max-window", field: "MaxWindow", usage: "records per partition held in memory until acked before fetching pauses (with --park-after 0, or ordering partition: records between watermark and fetch position)",
+			bind: int64Flag(&n.MaxWindow, dispatcher.DefaultMaxWindow), check: func() string {
+				if n.MaxWindow <= 0 {
+					return fmt.Sprintf("is %d, must be positive", n.MaxWindow)
+				}
+				return ""
+			}},
+		{name: "park-after", field: "ParkAfter", usage: "records of one key held in memory under ordering key; its later records are parked by offset and read again from Kafka when the key frees up, so a stuck key never stops its partition; 0 never parks",
+			bind: intFlag(n.ParkAfter, dispatcher.DefaultParkAfter), check: func() string {
+				if *n.ParkAfter < 0 {
+					return fmt.Sprintf("is %d, must be 0 (never park) or more", *n.ParkAfter)
+				}
+				return ""
+			}},
+		{name: "max-parked-bytes", field: "MaxParkedBytes", doc: "a quarter of `--max-buffered-bytes`", usage: "what parked records may cost over the node, about 64 bytes each; fetching pauses at the bound; 0 is a quarter of --max-buffered-bytes",
+			bind: int64Flag(&n.MaxParkedBytes, 0), check: func() string {
+				if n.MaxParkedBytes < 0 {
+					return fmt.Sprintf("is %d, must be 0 (a quarter of --max-buffered-bytes) or more", n.MaxParkedBytes)
+				}
+				return ""
+			}},
+		{name: "max-buffered-bytes", field: "MaxBufferedBytes", usage: "bytes of fetched records the node holds until acked, over every partition; fetching pauses at the bound (size it at about a quarter of the memory limit)",
+			bind: int64Flag(&n.MaxBufferedBytes, dispatcher.DefaultMaxBufferedBytes), check: func() string {
+				if n.MaxBufferedBytes <= 0 {
+					return fmt.Sprintf("is %d, must be positive", n.MaxBufferedBytes)
+				}
+				return ""
+			}},
+		{name: "request-timeout", field: "RequestTimeout", usage: "timeout of one delivery attempt",
+			bind: durationFlag(&n.RequestTimeout, dispatcher.DefaultRequestTimeout), check: positive(&n.RequestTimeout)},
+		{name: "bootstrap-token", field: "BootstrapToken", usage: "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)",
+			bind: stringFlag(&n.BootstrapToken, "")},
+		{name: "endpoint-net-http", usage: "send to plain http endpoints with Go's net/http client too, as to https ones, instead of keyhook's HTTP/1.1 client (about twice the CPU per request)",
+			bind: boolFlag(&n.EndpointNetHTTP)},
+		{name: "endpoint-concurrency", field: "EndpointConcurrency", usage: "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)",
+			bind: intFlag(&n.EndpointConcurrency, 0), check: func() string {
+				if n.EndpointConcurrency < 0 {
+					return fmt.Sprintf("is %d, must be 0 (no cap) or more", n.EndpointConcurrency)
+				}
+				return ""
+			}},
+		{name: "traces-exporter", field: "TracesExporter", doc: "`OTEL_TRACES_EXPORTER`, else `none`", usage: "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none",
+			bind: stringFlag(&n.TracesExporter, ""), check: func() string {
+				switch strings.ToLower(n.TracesExporter) {
+				case "", "none", "otlp", "console":
+					return ""
+				}
+				return fmt.Sprintf("is %q, want none, otlp or console", n.TracesExporter)
+			}},
+		{name: "metrics-token", field: "MetricsToken", usage: "an API token to make exist, with only the metrics scope, at start: the scraper's (prefer KEYHOOK_METRICS_TOKEN)",
+			bind: stringFlag(&n.MetricsToken, "")},
+		{name: "metrics-public", usage: "serve /metrics without a token (off: it needs a token with the metrics scope, as it names endpoint origins)",
+			bind: boolFlag(&n.MetricsPublic)},
+	}
+}
+
+// The binders of knobs, one per flag type.
+func stringFlag(p *string, def string) func(*flag.FlagSet, string, string) {
+	return func(fs *flag.FlagSet, name, usage string) { fs.StringVar(p, name, def, usage) }
+}
+
+func boolFlag(p *bool) func(*flag.FlagSet, string, string) {
+	return func(fs *flag.FlagSet, name, usage string) { fs.BoolVar(p, name, false, usage) }
+}
+
+func intFlag(p *int, def int) func(*flag.FlagSet, string, string) {
+	return func(fs *flag.FlagSet, name, usage string) { fs.IntVar(p, name, def, usage) }
+}
+
+func int64Flag(p *int64, def int64) func(*flag.FlagSet, string, string) {
+	return func(fs *flag.FlagSet, name, usage string) { fs.Int64Var(p, name, def, usage) }
+}
+
+func durationFlag(p *time.Duration, def time.Duration) func(*flag.FlagSet, string, string) {
+	return func(fs *flag.FlagSet, name, usage string) { fs.DurationVar(p, name, def, usage) }
+}
+
+// positive is the check of a duration that must be above zero: on the
+// command line zero is no default, it is refused.
+func positive(p *time.Duration) func() string {
+	return func() string {
+		if *p <= 0 {
+			return fmt.Sprintf("is %v, must be positive", *p)
+		}
+		return ""
+	}
+}
+
+// app is the node's configuration: what the knobs set, with the roles,
+// version and logger the flags make.
 func (c config) app(log *slog.Logger) app.Config {
-	var roles app.Role
+	n := c.node
 	api, dispatcher, _ := c.roles()
+	n.Roles = 0
 	if api {
-		roles |= app.RoleAPI
+		n.Roles |= app.RoleAPI
 	}
 	if dispatcher {
-		roles |= app.RoleDispatcher
+		n.Roles |= app.RoleDispatcher
 	}
-	return app.Config{
-		NodeID:                c.NodeID,
-		Version:               version,
-		Brokers:               c.KafkaBrokers,
-		Roles:                 roles,
-		HTTPAddr:              c.HTTPAddr,
-		BootstrapToken:        c.BootstrapToken,
-		MetricsPublic:         c.MetricsPublic,
-		MetricsToken:          c.MetricsToken,
-		AllowPrivateEndpoints: c.AllowPrivateEndpoints,
-		RequestTimeout:        c.RequestTimeout,
-		EndpointConcurrency:   c.EndpointConcurrency,
-		EndpointNetHTTP:       c.EndpointNetHTTP,
-		FlushInterval:         c.FlushInterval,
-		CommitInterval:        c.CommitInterval,
-		DrainTimeout:          c.DrainTimeout,
-		SessionTimeout:        c.SessionTimeout,
-		MaxWindow:             c.MaxWindow,
-		MaxBufferedBytes:      c.MaxBufferedBytes,
-		ParkAfter:             parkAfter(c.ParkAfter),
-		MaxParkedBytes:        c.MaxParkedBytes,
-		ConfigTopic:           c.ConfigTopic,
-		TracesExporter:        c.TracesExporter,
-		Console:               c.console,
-		Getenv:                c.getenv,
-		Logger:                log,
-	}
-}
-
-// parkAfter is --park-after as the app takes it: 0 there is the default,
-// and never parking is negative.
-func parkAfter(n int) int {
-	if n == 0 {
-		return -1
-	}
+	n.Version = version
+	n.Logger = log
 	return n
 }
 
@@ -179,68 +266,44 @@ func envName(flagName string) string {
 	return "KEYHOOK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// flags declares on fs every flag of a node: --kafka-brokers, the
+// connection flags, and the knobs. The returned function finishes the
+// values that need the whole parse (lists, the environment applied).
+func (c *config) flags(fs *flag.FlagSet) (knobs []knob, parsed func()) {
+	brokers := fs.String("kafka-brokers", "", "comma-separated Kafka seed brokers (host:port)")
+	redisParsed := addRedisFlags(fs, &c.Redis)
+	// --park-after is bound through it: 0 never parks, in every layer.
+	c.node.ParkAfter = new(0)
+	knobs = c.knobs()
+	for _, k := range knobs {
+		k.bind(fs, k.name, k.usage)
+	}
+	addKafkaFlags(fs, &c.Kafka, &c.node.ConfigTopic)
+	return knobs, func() {
+		c.node.Brokers = splitList(*brokers)
+		redisParsed()
+	}
+}
+
 // parseConfig reads flags, then fills every flag not given on the command
 // line from its KEYHOOK_* variable. Errors name the flag and its variable.
 func parseConfig(cmd string, args []string, getenv func(string) string, stderr io.Writer, requireBackends bool) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("keyhook "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	brokers := fs.String("kafka-brokers", "", "comma-separated Kafka seed brokers (host:port)")
-	redisParsed := addRedisFlags(fs, &c.Redis)
-	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address the REST API listens on")
-	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in tracking state and status (default hostname-pid)")
-	fs.BoolVar(&c.AllowPrivateEndpoints, "allow-private-endpoints", false, "allow endpoints on loopback, private and link-local addresses")
-	fs.StringVar(&c.Roles, "roles", "api,dispatcher", "roles this process runs: api, dispatcher or both")
-	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long a released partition waits for in-flight deliveries")
-	fs.DurationVar(&c.FlushInterval, "flush-interval", 20*time.Millisecond, "how often acked offsets are written to Redis")
-	fs.DurationVar(&c.CommitInterval, "commit-interval", time.Second, "how often the watermark is committed to Kafka")
-	fs.DurationVar(&c.SessionTimeout, "session-timeout", 10*time.Second, "Kafka consumer group session timeout; a partition's ownership lease is four fifths of it")
-	fs.Int64Var(&c.MaxWindow, "max-window", 10000, "records per partition held in memory until acked before fetching pauses (with --park-after 0, or ordering partition: records between watermark and fetch position)")
-	fs.IntVar(&c.ParkAfter, "park-after", 16, "records of one key held in memory under ordering key; its later records are parked by offset and read again from Kafka when the key frees up, so a stuck key never stops its partition; 0 never parks")
-	fs.Int64Var(&c.MaxParkedBytes, "max-parked-bytes", 0, "what parked records may cost over the node, about 64 bytes each; fetching pauses at the bound; 0 is a quarter of --max-buffered-bytes")
-	fs.Int64Var(&c.MaxBufferedBytes, "max-buffered-bytes", 128<<20, "bytes of fetched records the node holds until acked, over every partition; fetching pauses at the bound (size it at about a quarter of the memory limit)")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "timeout of one delivery attempt")
-	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)")
-	fs.BoolVar(&c.EndpointNetHTTP, "endpoint-net-http", false, "send to plain http endpoints with Go's net/http client too, as to https ones, instead of keyhook's HTTP/1.1 client (about twice the CPU per request)")
-	fs.IntVar(&c.EndpointConcurrency, "endpoint-concurrency", 0, "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)")
-	fs.StringVar(&c.TracesExporter, "traces-exporter", "", "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none")
-	fs.StringVar(&c.MetricsToken, "metrics-token", "", "an API token to make exist, with only the metrics scope, at start: the scraper's (prefer KEYHOOK_METRICS_TOKEN)")
-	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "serve /metrics without a token (off: it needs a token with the metrics scope, as it names endpoint origins)")
-
-	addKafkaFlags(fs, &c.Kafka, &c.ConfigTopic)
+	knobs, parsed := c.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("keyhook %s: unexpected argument %q", cmd, fs.Arg(0))
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || envErr != nil {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("keyhook %s: %s=%q: invalid value for --%s: %v", cmd, envName(f.Name), v, f.Name, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, envErr
+	if err := applyEnv(fs, getenv, cmd); err != nil {
+		return c, err
 	}
-	c.KafkaBrokers = splitList(*brokers)
-	redisParsed()
-	c.RedisURL = c.Redis.URL
-	c.getenv, c.console = getenv, stderr
-	if c.NodeID == "" {
-		host, _ := os.Hostname()
-		c.NodeID = host + "-" + strconv.Itoa(os.Getpid())
-	}
-	return c, c.validate(cmd, requireBackends)
+	parsed()
+	c.node.Getenv, c.node.Console = getenv, stderr
+	return c, c.validate(cmd, knobs, requireBackends)
 }
 
 // splitList splits a comma-separated flag value, dropping blanks.
@@ -272,18 +335,18 @@ func connectError(cmd string, err error, flags map[string]string) error {
 	return fmt.Errorf("keyhook %s: %w", cmd, err)
 }
 
-func (c config) validate(cmd string, requireBackends bool) error {
+func (c config) validate(cmd string, knobs []knob, requireBackends bool) error {
 	bad := func(flagName, msg string) error { return flagError(cmd, flagName, msg) }
 	if requireBackends {
-		if len(c.KafkaBrokers) == 0 {
+		if len(c.node.Brokers) == 0 {
 			return bad("kafka-brokers", "is required")
 		}
-		for _, b := range c.KafkaBrokers {
+		for _, b := range c.node.Brokers {
 			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
 				return bad("kafka-brokers", fmt.Sprintf("has %q, want host:port", b))
 			}
 		}
-		if c.RedisURL == "" {
+		if c.Redis.URL == "" {
 			return bad("redis-url", "is required")
 		}
 		if err := c.Redis.Validate(); err != nil {
@@ -293,52 +356,16 @@ func (c config) validate(cmd string, requireBackends bool) error {
 	if err := c.Kafka.Validate(); err != nil {
 		return connectError(cmd, err, kafkaFlags)
 	}
-	if err := (configlog.Config{Topic: c.ConfigTopic}).Validate(); err != nil {
+	if err := (configlog.Config{Topic: c.node.ConfigTopic}).Validate(); err != nil {
 		return bad("config-topic", strings.TrimPrefix(err.Error(), "configlog: config: "))
 	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		return bad("http-addr", fmt.Sprintf("has %q, want host:port", c.HTTPAddr))
-	}
-	if _, _, err := c.roles(); err != nil {
-		return bad("roles", err.Error())
-	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
-		return bad("log-level", err.Error())
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return bad("log-format", fmt.Sprintf("is %q, want text or json", c.LogFormat))
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"drain-timeout", c.DrainTimeout}, {"flush-interval", c.FlushInterval},
-		{"commit-interval", c.CommitInterval}, {"session-timeout", c.SessionTimeout},
-		{"request-timeout", c.RequestTimeout},
-	} {
-		if d.v <= 0 {
-			return bad(d.name, fmt.Sprintf("is %v, must be positive", d.v))
+	for _, k := range knobs {
+		if k.check == nil {
+			continue
 		}
-	}
-	if c.MaxWindow <= 0 {
-		return bad("max-window", fmt.Sprintf("is %d, must be positive", c.MaxWindow))
-	}
-	if c.MaxBufferedBytes <= 0 {
-		return bad("max-buffered-bytes", fmt.Sprintf("is %d, must be positive", c.MaxBufferedBytes))
-	}
-	if c.ParkAfter < 0 {
-		return bad("park-after", fmt.Sprintf("is %d, must be 0 (never park) or more", c.ParkAfter))
-	}
-	if c.MaxParkedBytes < 0 {
-		return bad("max-parked-bytes", fmt.Sprintf("is %d, must be 0 (a quarter of --max-buffered-bytes) or more", c.MaxParkedBytes))
-	}
-	if c.EndpointConcurrency < 0 {
-		return bad("endpoint-concurrency", fmt.Sprintf("is %d, must be 0 (no cap) or more", c.EndpointConcurrency))
-	}
-	switch strings.ToLower(c.TracesExporter) {
-	case "", "none", "otlp", "console":
-	default:
-		return bad("traces-exporter", fmt.Sprintf("is %q, want none, otlp or console", c.TracesExporter))
+		if msg := k.check(); msg != "" {
+			return bad(k.name, msg)
+		}
 	}
 	return nil
 }

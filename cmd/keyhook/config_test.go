@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/keyhook/keyhook/connect"
+	"github.com/keyhook/keyhook/dispatcher"
 )
 
 // backends are the required flags of keyhook serve, valid and never dialed
@@ -162,6 +164,32 @@ func TestServeStopsOnUnreadableConnectionFiles(t *testing.T) {
 			err := run(context.Background(), args, noEnv, io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run(%v) = %v, want an error naming %s", args, err, tc.want)
+			}
+		})
+	}
+}
+
+// The knobs reach the node as they were given, nothing translated: 0
+// never parks on the command line and in every layer below it, and a
+// flag left alone is the default of the layer that owns it.
+func TestKnobsReachTheNodeAsGiven(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want dispatcher.Tuning
+	}{
+		{"defaults", nil, dispatcher.Tuning{}.WithDefaults()},
+		{"never park", []string{"--park-after", "0", "--max-window", "50", "--flush-interval", "5ms", "--max-parked-bytes", "4096"},
+			dispatcher.Tuning{ParkAfter: new(0), MaxWindow: 50, FlushInterval: 5 * time.Millisecond, MaxParkedBytes: 4096}.WithDefaults()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig("serve", append(append([]string{}, backends...), tc.args...), noEnv, io.Discard, true)
+			if err != nil {
+				t.Fatalf("parseConfig: %v", err)
+			}
+			got := c.app(nil).Tuning.WithDefaults() // as app.Build applies them
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the node's tuning (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -50,22 +50,22 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	defer endpointSrv.Close()
 	go func() { _ = endpointSrv.Serve(ln) }()
 
-	c.KafkaBrokers = cluster.ListenAddrs()
-	c.AllowPrivateEndpoints = true // the demo endpoint is on loopback
+	c.node.Brokers = cluster.ListenAddrs()
+	c.node.AllowPrivateEndpoints = true // the demo endpoint is on loopback
 	// --traces-exporter console prints spans next to the summary.
-	c.console = stdout
+	c.node.Console = stdout
 	log := c.logger(stderr)
 
-	producer, err := kgo.NewClient(kgo.SeedBrokers(c.KafkaBrokers...))
+	producer, err := kgo.NewClient(kgo.SeedBrokers(c.node.Brokers...))
 	if err != nil {
 		return fmt.Errorf("keyhook dev: producer: %w", err)
 	}
 	defer producer.Close()
 
-	if c.BootstrapToken == "" {
+	if c.node.BootstrapToken == "" {
 		// The embedded Redis starts empty: Build makes this the admin
 		// token of the run, and the banner prints it.
-		c.BootstrapToken = auth.Generate()
+		c.node.BootstrapToken = auth.Generate()
 	}
 	kh, err := buildNode(ctx, "dev", c, log, app.Deps{Redis: rdb})
 	if err != nil {
@@ -73,10 +73,10 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	}
 	apiAddr := kh.APIAddr()
 	fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topic %q, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n",
-		strings.Join(c.KafkaBrokers, ","), devTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey)
-	fmt.Fprintf(stdout, "  token    %s (admin)\n", c.BootstrapToken)
-	fmt.Fprintf(stdout, "  try      curl -s -H 'Authorization: Bearer %s' http://%s/v1/subscriptions | jq\n", c.BootstrapToken, apiAddr)
-	fmt.Fprintf(stdout, "           KEYHOOK_API_URL=http://%s KEYHOOK_TOKEN=%s keyhook subscriptions list\n\n", apiAddr, c.BootstrapToken)
+		strings.Join(c.node.Brokers, ","), devTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey)
+	fmt.Fprintf(stdout, "  token    %s (admin)\n", c.node.BootstrapToken)
+	fmt.Fprintf(stdout, "  try      curl -s -H 'Authorization: Bearer %s' http://%s/v1/subscriptions | jq\n", c.node.BootstrapToken, apiAddr)
+	fmt.Fprintf(stdout, "           KEYHOOK_API_URL=http://%s KEYHOOK_TOKEN=%s keyhook subscriptions list\n\n", apiAddr, c.node.BootstrapToken)
 
 	sub := &subscription.Subscription{
 		Name:     "demo",

@@ -30,7 +30,7 @@ func serve(ctx context.Context, c config, stderr io.Writer) error {
 	defer rdb.Close()
 	log.Info("connections",
 		"kafka_tls", c.Kafka.TLS, "kafka_sasl", c.Kafka.SASLMechanism,
-		"redis_tls", strings.HasPrefix(c.RedisURL, "rediss://"),
+		"redis_tls", strings.HasPrefix(c.Redis.URL, "rediss://"),
 		"redis_cluster", c.Redis.Cluster, "redis_sentinel_master", c.Redis.SentinelMaster)
 	a, err := buildNode(ctx, "serve", c, log, app.Deps{Redis: rdb, KafkaOptions: kafkaOpts})
 	if err != nil {
@@ -47,39 +47,29 @@ func buildNode(ctx context.Context, cmd string, c config, log *slog.Logger, deps
 	redis.SetLogger(connect.RedisLogger{Logger: log})
 	a, err := app.Build(ctx, c.app(log), deps)
 	if err != nil {
-		return nil, appError(cmd, err)
+		return nil, appError(cmd, err, c.appFlags())
 	}
 	return a, nil
 }
 
 // appFlags names the flag of each app.Config field a flag sets.
-var appFlags = map[string]string{
-	"NodeID":              "node-id",
-	"Brokers":             "kafka-brokers",
-	"Roles":               "roles",
-	"HTTPAddr":            "http-addr",
-	"BootstrapToken":      "bootstrap-token",
-	"MetricsToken":        "metrics-token",
-	"RequestTimeout":      "request-timeout",
-	"EndpointConcurrency": "endpoint-concurrency",
-	"FlushInterval":       "flush-interval",
-	"CommitInterval":      "commit-interval",
-	"DrainTimeout":        "drain-timeout",
-	"SessionTimeout":      "session-timeout",
-	"MaxWindow":           "max-window",
-	"MaxBufferedBytes":    "max-buffered-bytes",
-	"ParkAfter":           "park-after",
-	"MaxParkedBytes":      "max-parked-bytes",
-	"TracesExporter":      "traces-exporter",
-	"ConfigTopic":         "config-topic",
+func (c config) appFlags() map[string]string {
+	m := map[string]string{"Brokers": "kafka-brokers", "ConfigTopic": "config-topic"}
+	for _, k := range c.knobs() {
+		if k.field != "" {
+			m[k.field] = k.name
+		}
+	}
+	return m
 }
 
 // appError turns an app.FieldError into the error of the flag the field
-// came from; any other error is only prefixed with the command.
-func appError(cmd string, err error) error {
+// came from, using flags to map field to flag name; any other error is
+// only prefixed with the command.
+func appError(cmd string, err error, flags map[string]string) error {
 	var fe *app.FieldError
 	if errors.As(err, &fe) {
-		if name, ok := appFlags[fe.Field]; ok {
+		if name, ok := flags[fe.Field]; ok {
 			return flagError(cmd, name, fe.Err.Error())
 		}
 	}

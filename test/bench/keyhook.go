@@ -103,10 +103,12 @@ func runKeyhook(ctx context.Context, spec childSpec, log *slog.Logger, out *chil
 		Roles:                 app.RoleDispatcher,
 		AllowPrivateEndpoints: true,
 		MaxIdleConnsPerHost:   spec.IdleConns,
-		MaxWindow:             spec.MaxWindow,
-		FlushInterval:         spec.FlushInterval,
-		DrainTimeout:          2 * time.Second,
-		Logger:                log,
+		Tuning: dispatcher.Tuning{
+			MaxWindow:     spec.MaxWindow,
+			FlushInterval: spec.FlushInterval,
+			DrainTimeout:  2 * time.Second,
+		},
+		Logger: log,
 	}, app.Deps{Redis: rdb, Subscriptions: staticSubscriptions{sub}, MeterProvider: mp})
 	if err != nil {
 		return fmt.Errorf("bench: node: %w", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/app"
+	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/internal/verify"
 	"github.com/keyhook/keyhook/subscription"
@@ -228,9 +229,11 @@ func startNode(t *testing.T, id string, brokers []string, rdb redis.UniversalCli
 	t.Helper()
 	a, err := app.Build(context.Background(), app.Config{
 		NodeID: id, Brokers: brokers, Roles: app.RoleDispatcher,
-		AllowPrivateEndpoints: true, RequestTimeout: 10 * time.Second,
-		CommitInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		DrainTimeout: 10 * time.Second, ResyncInterval: 100 * time.Millisecond,
+		AllowPrivateEndpoints: true,
+		Tuning: dispatcher.Tuning{
+			RequestTimeout: 10 * time.Second, CommitInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
+			DrainTimeout: 10 * time.Second, ResyncInterval: 100 * time.Millisecond,
+		},
 		ConfigTopic: configTopic(t),
 		Logger:      logger().With("node", id),
 	}, app.Deps{Redis: rdb})

@@ -109,7 +109,7 @@ func trackingTakeover(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 	}
 	want := []offsets.Range{{Start: 12, End: 15}, {Start: 20, End: 21}}
 	for _, pk := range partitionKeys("takeover") {
-		old, err := store.Claim(ctx, pk, "node-a", 1)
+		old, err := store.ClaimRanges(ctx, pk, "node-a", 1, "", nil)
 		if err != nil {
 			t.Fatalf("claim %s: %v", pk, err)
 		}
@@ -117,11 +117,11 @@ func trackingTakeover(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 		for _, r := range want {
 			acked.Add(r.Start, r.End)
 		}
-		if err := store.Flush(ctx, pk, tracking.Flush{Epoch: old.Epoch, Acked: acked, Watermark: 10, Fetched: 21, Committed: 10}); err != nil {
+		if err := store.FlushRanges(ctx, []tracking.PartitionFlush{{Key: pk, Flush: tracking.Flush{Epoch: old.Epoch, Acked: acked, Watermark: 10, Fetched: 21, Committed: 10}}})[0].Err; err != nil {
 			t.Fatalf("flush %s: %v", pk, err)
 		}
 		// node-a dies without releasing; node-b takes over.
-		claim, err := store.Claim(ctx, pk, "node-b", 2)
+		claim, err := store.ClaimRanges(ctx, pk, "node-b", 2, "", nil)
 		if err != nil {
 			t.Fatalf("takeover %s: %v", pk, err)
 		}
@@ -130,7 +130,7 @@ func trackingTakeover(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 		}
 		zombie := new(offsets.Set)
 		zombie.Add(15, 20)
-		err = store.Flush(ctx, pk, tracking.Flush{Epoch: old.Epoch, Acked: zombie, Watermark: 21, Fetched: 21, Committed: 21})
+		err = store.FlushRanges(ctx, []tracking.PartitionFlush{{Key: pk, Flush: tracking.Flush{Epoch: old.Epoch, Acked: zombie, Watermark: 21, Fetched: 21, Committed: 21}}})[0].Err
 		if !errors.Is(err, tracking.ErrFenced) {
 			t.Fatalf("flush by the old owner of %s = %v, want tracking.ErrFenced", pk, err)
 		}
@@ -153,7 +153,7 @@ func trackingDelete(t *testing.T, ctx context.Context, rdb redis.UniversalClient
 	}
 	pks := partitionKeys("deleted")
 	for _, pk := range pks {
-		c, err := store.Claim(ctx, pk, "node-a", 1)
+		c, err := store.ClaimRanges(ctx, pk, "node-a", 1, "", nil)
 		if err != nil {
 			t.Fatalf("claim %s: %v", pk, err)
 		}

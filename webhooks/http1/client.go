@@ -253,7 +253,7 @@ func (c *Client) dial(ctx context.Context, deadline time.Time, addr string) (*co
 		}
 		return nil, err
 	}
-	cn := &conn{nc: nc, limit: noLimit}
+	cn := &conn{nc: nc, limit: noLimit, idle: newIdleCheck(nc)}
 	cn.br = bufio.NewReaderSize(cn, readBufferSize)
 	cn.cut = cn.cutIfEnded
 	return cn, nil
@@ -267,6 +267,7 @@ type conn struct {
 	br     *bufio.Reader
 	wbuf   []byte
 	limit  int64
+	idle   *idleCheck
 	idleAt time.Time
 	// watched is the context whose end cuts this connection's request
 	// short, unwatch ends that, and cut, made once per connection, does
@@ -351,12 +352,12 @@ func (cn *conn) usable() bool {
 	if cn.br.Buffered() > 0 {
 		return false
 	}
-	ready, err := readable(cn.nc)
+	ready, err := cn.idle.readable()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The end of the last request's context cut the deadline short
 		// (see watch), and a socket past its deadline is not asked.
 		_ = cn.nc.SetReadDeadline(time.Time{})
-		ready, err = readable(cn.nc)
+		ready, err = cn.idle.readable()
 	}
 	return !ready && err == nil
 }

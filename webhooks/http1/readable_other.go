@@ -4,6 +4,10 @@ package http1
 
 import "net"
 
-// readable cannot peek at a socket here without reading it: an idle
+// idleCheck cannot peek at a socket here without reading it: an idle
 // connection is checked only for bytes already buffered.
-func readable(net.Conn) (bool, error) { return false, nil }
+type idleCheck struct{}
+
+func newIdleCheck(net.Conn) *idleCheck { return nil }
+
+func (*idleCheck) readable() (bool, error) { return false, nil }

@@ -457,8 +457,9 @@ type Request struct {
 	// Header holds extra headers chosen by the caller (topic, offset,
 	// key...), copied as is, except Content-Type, User-Agent,
 	// keyhook-attempt, webhook-id, Idempotency-Key, webhook-timestamp and
-	// webhook-signature, which Send sets itself. A name that is not a token or a value with a
-	// control character makes the attempt fail, final.
+	// webhook-signature, which Send sets itself. A name that is not a
+	// token or a value with a control character makes the attempt fail,
+	// final.
 	Header http.Header
 	// DeliveryID is stable across the attempts of one delivery and sent as
 	// webhook-id so endpoints can deduplicate. Empty sends no webhook-id.
@@ -486,7 +487,8 @@ type Request struct {
 type Attempt struct {
 	// Number counts attempts of one delivery from 1.
 	Number int
-	// Status is the HTTP status of the response, 0 if none arrived.
+	// Status is the HTTP status of the response, 0 if none arrived; a
+	// status outside 100-599 is no HTTP status, and reported in Err.
 	Status int
 	// Err says why no response arrived (connection refused, timeout,
 	// forbidden address, cancellation...). It is nil whenever Status is set:
@@ -509,10 +511,10 @@ type Attempt struct {
 
 // Send performs one attempt of r, numbered attempt. It sets the headers
 // keyhook-attempt, webhook-id and Idempotency-Key (the delivery id),
-// Content-Type and User-Agent, the signature
-// of r.Signer and the credentials of r.Auth, bounds the attempt by
-// ClientConfig.Timeout, and always closes the response body before
-// returning. Send never retries and never waits for a [Limiter]; see
+// Content-Type and User-Agent, the signature of r.Signer and the
+// credentials of r.Auth, bounds the attempt by ClientConfig.Timeout (and
+// the read of the body to 2 s after its head), and always closes the
+// response body before returning. Send never retries and never waits for a [Limiter]; see
 // [Client.Deliver].
 func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
 	cl, _ := c.calls.Get().(*call)

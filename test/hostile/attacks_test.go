@@ -240,3 +240,20 @@ func TestStatusesOutsideHTTPsRangeAreMalformedAnswers(t *testing.T) {
 		}
 	}
 }
+
+// An answer cut short by the attempt's deadline is a timeout, whatever
+// the reader made of the half line it got: a status line stopped after
+// "HTTP/1.1 " read as a malformed status code "" on the http1 client.
+func TestAnAnswerCutByTheDeadlineIsATimeout(t *testing.T) {
+	for _, partial := range []string{"HTTP/1.1 ", "HTTP/1.1 20", "HTTP/1.1 200 OK\r\nX-Half: yes"} {
+		for _, tr := range transports {
+			t.Run(strconv.Quote(partial)+"/"+tr.name, func(t *testing.T) {
+				ep := serve(t, func(int, *http.Request) reply { return reply{answer: partial, hang: true} })
+				c := newClient(t, tr.netHTTP, webhooks.ClientConfig{Timeout: 300 * time.Millisecond})
+				if a := send(c, ep.url("/hook"), "cut", 1); a.Status != 0 || !isTimeout(a) {
+					t.Errorf("status %d, err %v; want a timeout", a.Status, a.Err)
+				}
+			})
+		}
+	}
+}

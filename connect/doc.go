@@ -6,8 +6,9 @@
 // It owns the meaning of those settings and their validation: a
 // KafkaConfig or RedisConfig that Validate accepts builds, and every error
 // names the field at fault through a FieldError, so the command line can
-// name the flag. It also adapts go-redis's process-wide logger to slog,
-// and counts the commands a Redis client sends (CountRedisCommands).
+// name the flag. It also adapts two process-wide loggers to slog, go-redis's
+// and the standard library's (which net/http writes to), and counts the
+// commands a Redis client sends (CountRedisCommands).
 //
 // It must not know what the clients are used for (groups, topics, keys,
 // scripts) nor where the settings came from (flags, environment): callers

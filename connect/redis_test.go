@@ -3,8 +3,10 @@ package connect_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -366,5 +368,24 @@ func TestRedisLoggerWritesStructuredWarnings(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("log line %s lacks %s", got, want)
 		}
+	}
+}
+
+// net/http's lines through the standard logger follow the node's log
+// format, at Warn, with what the endpoint sent quoted and bounded.
+func TestStdLogWriterWritesBoundedStructuredWarnings(t *testing.T) {
+	var buf bytes.Buffer
+	l := stdlog.New(connect.StdLogWriter{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}, "", 0)
+	l.Printf("Unsolicited response received on idle HTTP channel starting with %q; err=%v", "HTTP/1.1 200 OK\r\n\x1b[2J"+strings.Repeat("a", 4096), nil)
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("log output %q is not one JSON record: %v", buf.String(), err)
+	}
+	line, _ := rec["line"].(string)
+	if rec["level"] != "WARN" || rec["component"] != "stdlog" || !strings.HasPrefix(line, `"Unsolicited response`) {
+		t.Errorf("record %v, want a warning of component stdlog with the line", rec)
+	}
+	if len(line) > 600 || strings.ContainsAny(line, "\r\n\x1b") {
+		t.Errorf("line of %d bytes with control characters %v, want it quoted and bounded", len(line), strings.ContainsAny(line, "\r\n\x1b"))
 	}
 }

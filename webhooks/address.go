@@ -221,7 +221,7 @@ func (p AddressPolicy) CheckURL(ctx context.Context, raw string) error {
 			reason := err.Error()
 			var de *net.DNSError
 			if errors.As(err, &de) {
-				reason = de.Err
+				reason = dnsReason(de)
 			}
 			return invalidURL("endpoint.url host %q does not resolve: %s", host, reason)
 		}
@@ -260,7 +260,7 @@ func (p AddressPolicy) CheckURL(ctx context.Context, raw string) error {
 // hand the same error to concurrent lookups of the same name.
 func withoutResolver(err error) error {
 	var de *net.DNSError
-	if !errors.As(err, &de) || de.Server == "" {
+	if !errors.As(err, &de) || de.Server == "" && dnsReason(de) == de.Err {
 		return err
 	}
 	switch e := err.(type) {
@@ -274,14 +274,32 @@ func withoutResolver(err error) error {
 		return &c
 	case *net.DNSError:
 		c := *e
-		c.Server = ""
+		c.Err, c.Server = dnsReason(e), ""
 		return &c
 	}
 	// A wrapper this function does not know: its text may still name the
 	// resolver, so keep only what the DNS error says, and keep it findable.
 	c := *de
-	c.Server = ""
+	c.Err, c.Server = dnsReason(de), ""
 	return &c
+}
+
+// dnsReason is what de says went wrong, without the resolver's address:
+// a resolver that cannot be reached names itself in the reason too
+// ("dial udp 10.255.255.53:53: connect: network is unreachable").
+func dnsReason(de *net.DNSError) string {
+	reason := de.Err
+	for _, op := range []string{"dial ", "read ", "write "} {
+		if strings.HasPrefix(reason, op) {
+			if _, cause, ok := strings.Cut(reason, ": "); ok {
+				return "resolver unreachable: " + cause
+			}
+		}
+	}
+	if de.Server != "" {
+		reason = strings.ReplaceAll(reason, de.Server, "the resolver")
+	}
+	return reason
 }
 
 func (p AddressPolicy) resolver() *net.Resolver {

@@ -3,13 +3,16 @@ package webhooks_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -428,5 +431,40 @@ func TestSendErrorsDoNotNameTheResolver(t *testing.T) {
 	}
 	if got := webhooks.Classify(a); got != webhooks.OutcomeRetry {
 		t.Errorf("Classify = %s, want retry: a DNS failure may pass", got)
+	}
+}
+
+// unreachableResolver fails every query as a nameserver behind a network
+// that is down does: the dial error names the nameserver's address, and
+// so does the *net.DNSError's reason built from it.
+func unreachableResolver() *net.Resolver {
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(_ context.Context, network, _ string) (net.Conn, error) {
+			return nil, &net.OpError{Op: "dial", Net: network, Addr: &net.UDPAddr{IP: net.IPv4(10, 255, 255, 53), Port: 53},
+				Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}
+		},
+	}
+}
+
+// The resolver's address stays out of errors also when the resolver
+// cannot be reached: in CheckURL's answer to the user and in attempt
+// errors of both transports, which reach dead-letter headers.
+func TestErrorsDoNotNameAnUnreachableResolver(t *testing.T) {
+	policy := webhooks.AddressPolicy{Resolver: unreachableResolver()}
+	errs := map[string]error{"CheckURL": policy.CheckURL(context.Background(), "http://hooks.example/in")}
+	for _, netOnly := range []bool{false, true} {
+		c := newClient(t, webhooks.ClientConfig{Policy: policy, NetHTTPOnly: netOnly})
+		a := c.Send(context.Background(), &webhooks.Request{URL: "http://hooks.example/in", Body: []byte("{}")}, 1)
+		errs[fmt.Sprintf("Send, net/http only %v", netOnly)] = a.Err
+	}
+	for name, err := range errs {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "10.255.255.53") || !strings.Contains(msg, "network is unreachable") {
+			t.Errorf("%s: %q; want the reason without the resolver's address", name, msg)
+		}
 	}
 }

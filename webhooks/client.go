@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,12 @@ const (
 	DefaultMaxResponseBytes    = 64 << 10
 	DefaultUserAgent           = "keyhook"
 	DefaultMaxIdleConnsPerHost = 1 << 16
+	// DefaultMaxResponseHeaderBytes bounds a response's head. A webhook
+	// answer's head is a few hundred bytes, and proxies in front of
+	// endpoints keep theirs within 4 to 8 KiB (nginx's proxy_buffer_size);
+	// net/http's own default, 10 MiB, times the attempts in flight would
+	// let one endpoint hold gigabytes of a node.
+	DefaultMaxResponseHeaderBytes = 64 << 10
 )
 
 // Fixed transport timeouts. They bound the phases that a slow or hostile
@@ -43,17 +50,27 @@ const (
 	// and thrown away so that an HTTP/1.1 connection can be reused. A longer
 	// body costs one new connection, which is cheaper than reading it.
 	drainBytes = 1 << 20
+	// bodyTimeout bounds the read of a response body once its head has
+	// arrived: the status has decided the attempt, and a body that never
+	// ends must not hold its key for the whole attempt timeout.
+	bodyTimeout = 2 * time.Second
 )
 
 // Header names set by Send.
 const (
 	HeaderAttempt   = "keyhook-attempt"
 	HeaderWebhookID = "webhook-id"
+	// HeaderIdempotencyKey carries the delivery id too: net/http sends a
+	// POST that has it again when a kept-alive connection turns out to
+	// have been closed before any answer came back, rather than failing
+	// the attempt.
+	HeaderIdempotencyKey = "Idempotency-Key"
 )
 
 var (
-	canonicalAttempt   = http.CanonicalHeaderKey(HeaderAttempt)
-	canonicalWebhookID = http.CanonicalHeaderKey(HeaderWebhookID)
+	canonicalAttempt        = http.CanonicalHeaderKey(HeaderAttempt)
+	canonicalWebhookID      = http.CanonicalHeaderKey(HeaderWebhookID)
+	canonicalIdempotencyKey = http.CanonicalHeaderKey(HeaderIdempotencyKey)
 )
 
 // ownedHeaders are set by Send alone, whatever the caller passes. The
@@ -64,6 +81,7 @@ var ownedHeaders = map[string]bool{
 	"User-Agent":                                    true,
 	http.CanonicalHeaderKey(HeaderAttempt):          true,
 	http.CanonicalHeaderKey(HeaderWebhookID):        true,
+	http.CanonicalHeaderKey(HeaderIdempotencyKey):   true,
 	http.CanonicalHeaderKey(HeaderWebhookTimestamp): true,
 	http.CanonicalHeaderKey(HeaderWebhookSignature): true,
 }
@@ -129,6 +147,11 @@ type ClientConfig struct {
 	// costs about half the CPU; https, redirects, client certificates and
 	// AWS signatures always use net/http.
 	NetHTTPOnly bool
+	// MaxResponseHeaderBytes bounds the bytes of a response before its
+	// body (status line, headers, and any informational answer before the
+	// final one), on both transports. An endpoint sending more fails the
+	// attempt, which is retried. Default 64 KiB.
+	MaxResponseHeaderBytes int64
 	// Limiters, if not nil, bounds the concurrent attempts of
 	// [Client.Deliver] per endpoint origin and adapts the bound to the
 	// endpoint's throttling. Share one across every client of a node.
@@ -261,6 +284,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, errors.New("webhooks: client max idle conns per host must not be negative")
 	case cfg.FollowRedirects < 0:
 		return nil, errors.New("webhooks: client follow redirects must not be negative")
+	case cfg.MaxResponseHeaderBytes < 0:
+		return nil, errors.New("webhooks: client max response header bytes must not be negative")
+	}
+	if cfg.MaxResponseHeaderBytes == 0 {
+		cfg.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
@@ -323,6 +351,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		MaxIdleConns:        0, // no global cap: the per-host cap and the idle timeout bound it
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:     idleConnTimeout,
+		// The same bound as the http1 client's.
+		MaxResponseHeaderBytes: cfg.MaxResponseHeaderBytes,
 		// Response bodies are a few bytes of diagnostics or batch
 		// results: asking for gzip would cost a header on every request
 		// and a decompressor on every gzipped answer.
@@ -338,7 +368,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{cfg: cfg, tr: tr, clock: clock, tracer: tp.Tracer(instrumentation), prop: prop, creds: newCredentialCache(tr)}
 	if !cfg.NetHTTPOnly {
 		h1, err := http1.New(http1.Config{Dial: dial, DialTimeout: dialTimeout, MaxIdlePerAddr: cfg.MaxIdleConnsPerHost,
-			IdleTimeout: idleConnTimeout, DrainBytes: drainBytes})
+			IdleTimeout: idleConnTimeout, DrainBytes: drainBytes, MaxHeadBytes: cfg.MaxResponseHeaderBytes,
+			BodyTimeout: bodyTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
@@ -425,9 +456,10 @@ type Request struct {
 	ContentType string
 	// Header holds extra headers chosen by the caller (topic, offset,
 	// key...), copied as is, except Content-Type, User-Agent,
-	// keyhook-attempt, webhook-id, webhook-timestamp and webhook-signature,
-	// which Send sets itself. A name that is not a token or a value with a
-	// control character makes the attempt fail, final.
+	// keyhook-attempt, webhook-id, Idempotency-Key, webhook-timestamp and
+	// webhook-signature, which Send sets itself. A name that is not a
+	// token or a value with a control character makes the attempt fail,
+	// final.
 	Header http.Header
 	// DeliveryID is stable across the attempts of one delivery and sent as
 	// webhook-id so endpoints can deduplicate. Empty sends no webhook-id.
@@ -455,7 +487,8 @@ type Request struct {
 type Attempt struct {
 	// Number counts attempts of one delivery from 1.
 	Number int
-	// Status is the HTTP status of the response, 0 if none arrived.
+	// Status is the HTTP status of the response, 0 if none arrived; a
+	// status outside 100-599 is no HTTP status, and reported in Err.
 	Status int
 	// Err says why no response arrived (connection refused, timeout,
 	// forbidden address, cancellation...). It is nil whenever Status is set:
@@ -477,10 +510,11 @@ type Attempt struct {
 }
 
 // Send performs one attempt of r, numbered attempt. It sets the headers
-// keyhook-attempt, webhook-id, Content-Type and User-Agent, the signature
-// of r.Signer and the credentials of r.Auth, bounds the attempt by
-// ClientConfig.Timeout, and always closes the response body before
-// returning. Send never retries and never waits for a [Limiter]; see
+// keyhook-attempt, webhook-id and Idempotency-Key (the delivery id),
+// Content-Type and User-Agent, the signature of r.Signer and the
+// credentials of r.Auth, bounds the attempt by ClientConfig.Timeout (and
+// the read of the body to 2 s after its head), and always closes the
+// response body before returning. Send never retries and never waits for a [Limiter]; see
 // [Client.Deliver].
 func (c *Client) Send(ctx context.Context, r *Request, attempt int) Attempt {
 	cl, _ := c.calls.Get().(*call)
@@ -544,6 +578,8 @@ func (c *Client) prepared(next handler) handler {
 		cl.owned.set(canonicalAttempt, strconv.Itoa(cl.a.Number))
 		if r.DeliveryID != "" {
 			cl.owned.set(canonicalWebhookID, r.DeliveryID)
+			// The same one-value slice: the header map holds it twice.
+			cl.header[canonicalIdempotencyKey] = cl.header[canonicalWebhookID]
 		}
 		next(ctx, cl)
 	}
@@ -562,37 +598,60 @@ func (c *Client) checkRequest(r *Request) (*endpointURL, error) {
 	return eu, checkHeaders(r)
 }
 
-// transport sends the call's request, bounded by the attempt timeout, and
-// reads the response into the attempt.
+// transport sends the call's request, bounded by the attempt timeout,
+// through the http1 client or net/http, and settles the attempt with
+// what came back.
 func (c *Client) transport(ctx context.Context, cl *call) {
-	r, a := cl.r, cl.a
-	if c.viaHTTP1(cl) {
-		c.transportHTTP1(ctx, cl)
-		return
+	deadline := time.Now().Add(c.timeout(cl.r))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	actx, cancel := context.WithTimeout(ctx, c.timeout(r))
+	var ans answer
+	if c.viaHTTP1(cl) {
+		ans = c.postHTTP1(ctx, deadline, cl)
+	} else {
+		ans = c.postNetHTTP(ctx, deadline, cl)
+	}
+	c.settle(ctx, cl.a, cl.r, deadline, ans)
+}
+
+// answer is what a transport brought back, before settle makes it the
+// attempt's outcome.
+type answer struct {
+	status     int
+	retryAfter string
+	body       []byte
+	truncated  bool
+	// err says why no answer came back; it is the transport's own, which
+	// settle classifies, unless refused.
+	err error
+	// refused reports a request that never left (a URL net/http cannot
+	// use, a signature that failed): err is the attempt's error as is.
+	refused bool
+}
+
+// postNetHTTP sends the call's request through net/http.
+func (c *Client) postNetHTTP(ctx context.Context, deadline time.Time, cl *call) answer {
+	r := cl.r
+	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	req, err := http.NewRequestWithContext(c.withRedirectRules(actx, r, cl.credentials), http.MethodPost, r.URL, bytes.NewReader(r.Body))
 	if err != nil {
-		a.Err = fmt.Errorf("%w: %v", ErrInvalidURL, err)
-		return
+		return answer{err: fmt.Errorf("%w: %v", ErrInvalidURL, err), refused: true}
 	}
 	req.Header = cl.header
 	cl.netHTTP = true
 	if cl.finish != nil {
 		if err := cl.finish(req); err != nil {
-			a.Err = err
-			return
+			return answer{err: err, refused: true}
 		}
 	}
 	var resp *http.Response
 	if cl.http == nil && c.redirects(r) == 0 {
 		// Nothing to follow: the transport alone, without the client's
 		// redirect bookkeeping, which copies every header of every
-		// request. Errors are wrapped as the client wraps them.
-		if resp, err = c.tr.RoundTrip(req); err != nil {
-			err = &url.Error{Op: "Post", URL: r.URL, Err: err}
-		}
+		// request.
+		resp, err = c.tr.RoundTrip(req)
 	} else {
 		hc := c.http
 		if cl.http != nil {
@@ -601,23 +660,25 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 		resp, err = hc.Do(req)
 	}
 	if err != nil {
-		a.Err = describeError(ctx, actx, r.URL, c.timeout(r), err)
-		return
+		return answer{err: err}
 	}
 	defer resp.Body.Close()
-	a.Status = resp.StatusCode
-	a.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now())
+	ans := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	if resp.ContentLength == 0 {
+		return ans // nothing to keep or drain (a 204, most often)
+	}
+	// The head has decided the attempt: the body gets bodyTimeout more,
+	// after which the request's context ends and the read with it.
+	defer time.AfterFunc(bodyTimeout, cancel).Stop()
 	// Read errors are ignored on purpose: the status already says what the
 	// endpoint decided, and a batch response cut short is judged by
 	// ParseBatchResponse. One byte more than kept tells a body that was cut.
-	if resp.ContentLength == 0 {
-		return // nothing to keep or drain (a 204, most often)
-	}
-	a.Body, _ = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
-	if int64(len(a.Body)) > c.cfg.MaxResponseBytes {
-		a.Body, a.BodyTruncated = a.Body[:c.cfg.MaxResponseBytes], true
+	ans.body, _ = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
+	if int64(len(ans.body)) > c.cfg.MaxResponseBytes {
+		ans.body, ans.truncated = ans.body[:c.cfg.MaxResponseBytes], true
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+	return ans
 }
 
 // viaHTTP1 reports whether cl goes through the http1 client: a plain
@@ -627,37 +688,72 @@ func (c *Client) viaHTTP1(cl *call) bool {
 	return c.h1 != nil && cl.url != nil && cl.url.plain && cl.http == nil && cl.finish == nil && c.redirects(cl.r) == 0
 }
 
-// transportHTTP1 is transport through the http1 client, with the same
-// outcomes and errors.
-func (c *Client) transportHTTP1(ctx context.Context, cl *call) {
-	r, a, eu := cl.r, cl.a, cl.url
-	timeout := c.timeout(r)
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	cl.h1 = http1.Request{Addr: eu.addr, Host: eu.host, Target: eu.target, Header: cl.header, Body: r.Body, MaxBody: c.cfg.MaxResponseBytes}
+// postHTTP1 sends the call's request through the http1 client.
+func (c *Client) postHTTP1(ctx context.Context, deadline time.Time, cl *call) answer {
+	eu := cl.url
+	cl.h1 = http1.Request{Addr: eu.addr, Host: eu.host, Target: eu.target, Header: cl.header, Body: cl.r.Body, MaxBody: c.cfg.MaxResponseBytes}
 	resp, err := c.h1.Post(ctx, deadline, &cl.h1)
 	if err != nil {
-		switch {
-		case errors.Is(err, http1.ErrInvalidHeader):
-			a.Err = fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-		case ctx.Err() != nil:
-			a.Err = &url.Error{Op: "Post", URL: redactURL(r.URL), Err: ctx.Err()}
-		case http1.IsTimeout(err):
-			a.Err = fmt.Errorf("webhooks: attempt timed out after %s: %w", timeout,
-				&url.Error{Op: "Post", URL: redactURL(r.URL), Err: context.DeadlineExceeded})
-		default:
-			a.Err = withoutResolver(&url.Error{Op: "Post", URL: redactURL(r.URL), Err: err})
-		}
+		return answer{err: err}
+	}
+	return answer{status: resp.Status, retryAfter: resp.RetryAfter, body: resp.Body, truncated: resp.Truncated}
+}
+
+// settle is the one place that turns what either transport brought back
+// into the attempt: the status, kept only within 100-599; its
+// Retry-After; the body excerpt; and for an error its class — a request
+// refused before sending, the caller's cancellation, the attempt's
+// timeout, a head over the limit, anything else — in a text that names
+// neither the URL's path nor the resolver, and quotes what the endpoint
+// sent only printable and bounded.
+func (c *Client) settle(ctx context.Context, a *Attempt, r *Request, deadline time.Time, ans answer) {
+	if ans.err == nil && (ans.status < 100 || ans.status > 599) {
+		// Not an HTTP status: as malformed as a status line net/http
+		// refuses, whatever the transport's reader let through.
+		ans.err = fmt.Errorf("malformed HTTP status code %d, outside 100-599", ans.status)
+	}
+	switch {
+	case ans.refused:
+		a.Err = ans.err
+		return
+	case ans.err != nil:
+		a.Err = c.describeError(ctx, r, deadline, ans.err)
 		return
 	}
-	a.Status = resp.Status
-	if resp.RetryAfter != "" {
-		a.RetryAfter = ParseRetryAfter(resp.RetryAfter, c.clock.Now())
+	a.Status = ans.status
+	if ans.retryAfter != "" {
+		a.RetryAfter = ParseRetryAfter(ans.retryAfter, c.clock.Now())
 	}
-	a.Body, a.BodyTruncated = resp.Body, resp.Truncated
+	a.Body, a.BodyTruncated = ans.body, ans.truncated
 }
+
+// describeError classifies a transport's error for settle.
+func (c *Client) describeError(ctx context.Context, r *Request, deadline time.Time, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // built again below, without the URL's path
+	}
+	post := func(err error) error { return &url.Error{Op: "Post", URL: redactURL(r.URL), Err: err} }
+	switch {
+	case errors.Is(err, http1.ErrInvalidHeader):
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	case ctx.Err() != nil:
+		return post(ctx.Err())
+	case http1.IsTimeout(err) || !time.Now().Before(deadline):
+		// Past the deadline, whatever the reader made of an answer cut
+		// short ("malformed HTTP status code" of half a line) is the
+		// timeout's doing.
+		return fmt.Errorf("webhooks: attempt timed out after %s: %w", c.timeout(r), post(context.DeadlineExceeded))
+	case errors.Is(err, http1.ErrHeadTooLarge) || strings.Contains(err.Error(), "server response headers exceeded"):
+		// net/http says so only in words.
+		return post(fmt.Errorf("%w: more than %d bytes", errHeadTooLarge, c.cfg.MaxResponseHeaderBytes))
+	}
+	return post(cleanError(withoutResolver(err)))
+}
+
+// errHeadTooLarge is an answer whose head went past
+// ClientConfig.MaxResponseHeaderBytes, on either transport.
+var errHeadTooLarge = errors.New("webhooks: response head too large")
 
 // checkHeaders refuses what the transport would refuse at every attempt:
 // retrying a request that can never be sent would block its key forever.
@@ -677,19 +773,4 @@ func checkHeaders(r *Request) error {
 		return fmt.Errorf("%w: content type and delivery id must not contain control characters", ErrInvalidRequest)
 	}
 	return nil
-}
-
-// describeError strips the URL down to scheme and host and DNS errors of the
-// resolver's address, and says when the attempt's own timeout (rather than
-// the caller's context) ended it.
-func describeError(parent, actx context.Context, raw string, timeout time.Duration, err error) error {
-	err = withoutResolver(err)
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = &url.Error{Op: ue.Op, URL: redactURL(raw), Err: ue.Err}
-	}
-	if parent.Err() == nil && (errors.Is(actx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("webhooks: attempt timed out after %s: %w", timeout, err)
-	}
-	return err
 }

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"mime"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -98,3 +99,59 @@ func isJSONMediaType(ct string) bool {
 	}
 	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
+
+// maxErrorText bounds the text of an attempt's error: it may quote what
+// the endpoint sent, and it travels into logs, API answers and
+// dead-letter headers.
+const maxErrorText = 512
+
+// cleanError returns err with a text fit to show: bounded, printable,
+// and free of the formatting slips of net/http, whose "connection
+// broken" error after unsolicited bytes formats a nil cause
+// ("readLoopPeekFailLocked: %!w(<nil>)"). The error still unwraps to err.
+func cleanError(err error) error {
+	msg := err.Error()
+	clean := cleanText(msg)
+	if clean == msg {
+		return err
+	}
+	return &textError{msg: clean, err: err}
+}
+
+// cleanText is cleanError's text.
+func cleanText(s string) string {
+	if strings.Contains(s, "%!") {
+		s = strings.ReplaceAll(s, "readLoopPeekFailLocked: %!w(<nil>)", "the endpoint sent bytes nobody asked for")
+		s = strings.ReplaceAll(s, "%!w(<nil>)", "unknown cause")
+	}
+	if len(s) <= maxErrorText && utf8.ValidString(s) && !hasControl(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= maxErrorText {
+			b.WriteString("...")
+			break
+		}
+		switch {
+		case r == utf8.RuneError:
+			b.WriteByte('?')
+		case r < 0x20 || r == 0x7f:
+			b.WriteString(`\x`)
+			b.WriteString(strconv.FormatInt(int64(r)>>4, 16))
+			b.WriteString(strconv.FormatInt(int64(r)&15, 16))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// textError is an error shown with another text than its own.
+type textError struct {
+	msg string
+	err error
+}
+
+func (e *textError) Error() string { return e.msg }
+func (e *textError) Unwrap() error { return e.err }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"strings"
 
@@ -45,6 +46,10 @@ func buildNode(ctx context.Context, cmd string, c config, log *slog.Logger, deps
 	// go-redis logs through a process-wide logger that prints raw lines to
 	// stderr; route them through the node's structured log instead.
 	redis.SetLogger(connect.RedisLogger{Logger: log})
+	// So does net/http, through the standard logger, quoting what an
+	// endpoint sent.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(connect.StdLogWriter{Logger: log})
 	a, err := app.Build(ctx, c.app(log), deps)
 	if err != nil {
 		return nil, appError(cmd, err, c.appFlags())

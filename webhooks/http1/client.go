@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -24,7 +26,21 @@ const (
 	// request. A longer body costs one new connection, cheaper than
 	// reading it.
 	DefaultDrainBytes = 1 << 20
+	// DefaultMaxHeadBytes bounds an answer's head, every informational
+	// answer before the final one included: net/http's default
+	// (Transport.MaxResponseHeaderBytes).
+	DefaultMaxHeadBytes = 10 << 20
+	// DefaultBodyTimeout bounds the read of what follows the head: the
+	// status has decided the attempt by then, and a body that never ends
+	// must not hold the request for its whole deadline.
+	DefaultBodyTimeout = 2 * time.Second
 )
+
+// maxInformational bounds the informational (1xx) answers read before
+// the final one. net/http bounds them only by the head's bytes; a count
+// stops an endpoint sending tiny ones for ever at no cost to one that
+// sends a few (102 Processing while it works, 103 Early Hints).
+const maxInformational = 100
 
 // readBufferSize is each connection's read buffer: a webhook answer's
 // status line and headers fit in it with room to spare.
@@ -56,6 +72,14 @@ type Config struct {
 	// DrainBytes is how much of a response body beyond Request.MaxBody is
 	// read so its connection can be reused. Default 1 MiB.
 	DrainBytes int64
+	// MaxHeadBytes bounds the bytes read before the body: the status
+	// line and headers of the answer and of every informational answer
+	// before it. Past it the request fails. Default 10 MiB, as net/http.
+	MaxHeadBytes int64
+	// BodyTimeout bounds the read of the body once the head is read,
+	// within the request's deadline; a body cut by it is kept as far as
+	// it came and its connection closed. Default 2 s.
+	BodyTimeout time.Duration
 }
 
 // Client posts requests over pooled connections. It is safe for
@@ -70,8 +94,15 @@ func New(cfg Config) (*Client, error) {
 	switch {
 	case cfg.Dial == nil:
 		return nil, errors.New("http1: Dial is required")
-	case cfg.MaxIdlePerAddr < 0, cfg.IdleTimeout < 0, cfg.DrainBytes < 0, cfg.DialTimeout < 0:
+	case cfg.MaxIdlePerAddr < 0, cfg.IdleTimeout < 0, cfg.DrainBytes < 0, cfg.DialTimeout < 0,
+		cfg.MaxHeadBytes < 0, cfg.BodyTimeout < 0:
 		return nil, errors.New("http1: limits must not be negative")
+	}
+	if cfg.MaxHeadBytes == 0 {
+		cfg.MaxHeadBytes = DefaultMaxHeadBytes
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
 	}
 	if cfg.MaxIdlePerAddr == 0 {
 		cfg.MaxIdlePerAddr = DefaultMaxIdle
@@ -122,9 +153,12 @@ type Response struct {
 var ErrInvalidHeader = errors.New("http1: invalid header")
 
 // Post sends r and reads the answer, all by deadline; cancelling ctx
-// cancels it. A connection the endpoint closed while it waited in the
-// pool (the write or the read fails before any byte of an answer came
-// back) is replaced once by a new one.
+// cancels it. A connection taken from the pool that the endpoint closed,
+// or that holds bytes nobody asked for, is closed unused. A request is
+// sent again, on a new connection, only when nothing of it was written;
+// once a byte went out the endpoint may have acted on it, and the error
+// is the caller's to judge, as net/http leaves it for a POST that is not
+// replayable.
 func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Response, error) {
 	if err := checkHeaders(r.Header); err != nil {
 		return Response{}, err
@@ -146,9 +180,12 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 			}
 			reused = false
 		}
-		resp, keep, err := cn.roundTrip(ctx, deadline, r, c.cfg.DrainBytes)
+		resp, keep, err := cn.roundTrip(ctx, deadline, r, &c.cfg)
 		if err == nil {
-			if keep {
+			// Bytes behind the answer are nobody's answer: left in the
+			// buffer, the next request on the connection would take them
+			// for its own.
+			if keep && cn.br.Buffered() == 0 {
 				p.put(cn, c.cfg.MaxIdlePerAddr, c.cfg.IdleTimeout)
 			} else {
 				cn.close()
@@ -156,16 +193,34 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 			return resp, nil
 		}
 		cn.close()
-		if reused && cn.answered == 0 && ctx.Err() == nil && !IsTimeout(err) {
-			// Closed by the endpoint while idle, nothing answered: those
-			// idle for as long are likely closed too (an endpoint's idle
-			// timeout, or its restart).
+		var nw *nothingWrittenError
+		if reused && errors.As(err, &nw) && ctx.Err() == nil && !IsTimeout(err) {
+			// Closed by the endpoint while idle, and found so by the
+			// write: those idle for as long are likely closed too (an
+			// endpoint's idle timeout, or its restart).
 			p.closeIdleSince(cn.idleAt)
 			continue
 		}
 		return Response{}, err
 	}
 }
+
+// nothingWrittenError is a write that failed before any byte of the
+// request went out: the one failure after which a request may be sent
+// again within the same attempt.
+type nothingWrittenError struct{ err error }
+
+func (e *nothingWrittenError) Error() string { return e.err.Error() }
+func (e *nothingWrittenError) Unwrap() error { return e.err }
+
+// ErrHeadTooLarge is returned when an answer's head, informational
+// answers included, is longer than Config.MaxHeadBytes.
+var ErrHeadTooLarge = errors.New("http1: response head too large")
+
+// ErrTooManyInformational is returned when an endpoint sends more
+// informational (1xx) answers before its final one than a request waits
+// through.
+var ErrTooManyInformational = errors.New("http1: too many informational (1xx) answers")
 
 // CloseIdle closes every idle connection.
 func (c *Client) CloseIdle() {
@@ -198,20 +253,22 @@ func (c *Client) dial(ctx context.Context, deadline time.Time, addr string) (*co
 		}
 		return nil, err
 	}
-	cn := &conn{nc: nc}
+	cn := &conn{nc: nc, limit: noLimit, idle: newIdleCheck(nc)}
 	cn.br = bufio.NewReaderSize(cn, readBufferSize)
 	cn.cut = cn.cutIfEnded
 	return cn, nil
 }
 
-// conn is one connection and its read buffer. answered counts the bytes
-// read back for the request in progress.
+// conn is one connection and its read buffer. limit is how many more
+// bytes may be read from it: the head's allowance while a head is read,
+// no limit otherwise.
 type conn struct {
-	nc       net.Conn
-	br       *bufio.Reader
-	wbuf     []byte
-	answered int
-	idleAt   time.Time
+	nc     net.Conn
+	br     *bufio.Reader
+	wbuf   []byte
+	limit  int64
+	idle   *idleCheck
+	idleAt time.Time
 	// watched is the context whose end cuts this connection's request
 	// short, unwatch ends that, and cut, made once per connection, does
 	// the cutting. The watch is kept from request to request while their
@@ -266,11 +323,43 @@ func (cn *conn) stopWatch() {
 	cn.mu.Unlock()
 }
 
-// Read reads from the connection, counting what the endpoint sent.
+// noLimit is conn.limit outside a head.
+const noLimit = math.MaxInt64
+
+// errLimit is what a read past conn.limit returns; roundTrip names it.
+var errLimit = errors.New("http1: read limit reached")
+
+// Read reads from the connection within its limit, as net/http's
+// persistConn does: the buffer above never holds more than the limit
+// allowed.
 func (cn *conn) Read(b []byte) (int, error) {
+	if cn.limit <= 0 {
+		return 0, errLimit
+	}
+	if int64(len(b)) > cn.limit {
+		b = b[:cn.limit]
+	}
 	n, err := cn.nc.Read(b)
-	cn.answered += n
+	cn.limit -= int64(n)
 	return n, err
+}
+
+// usable reports whether an idle connection can carry a request: nothing
+// buffered, and nothing to read on the socket, neither a byte nor the
+// endpoint's close. net/http learns the same from the read it keeps
+// posted on every idle connection.
+func (cn *conn) usable() bool {
+	if cn.br.Buffered() > 0 {
+		return false
+	}
+	ready, err := cn.idle.readable()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The end of the last request's context cut the deadline short
+		// (see watch), and a socket past its deadline is not asked.
+		_ = cn.nc.SetReadDeadline(time.Time{})
+		ready, err = cn.idle.readable()
+	}
+	return !ready && err == nil
 }
 
 // close closes the connection and lets its context go: a context that
@@ -287,8 +376,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // roundTrip writes r and reads its answer. keep reports whether the
 // connection can carry another request.
-func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, drain int64) (resp Response, keep bool, err error) {
-	cn.answered = 0
+func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, cfg *Config) (resp Response, keep bool, err error) {
 	// Watched first: a cut of an earlier watch lands before the deadline
 	// is set, or not at all.
 	cn.watch(ctx)
@@ -305,9 +393,14 @@ func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, d
 			}
 		}
 	}()
-	if err := cn.write(r); err != nil {
+	if n, err := cn.write(r); err != nil {
+		if n == 0 {
+			return Response{}, false, &nothingWrittenError{err}
+		}
 		return Response{}, false, err
 	}
+	cn.limit = cfg.MaxHeadBytes
+	defer func() { cn.limit = noLimit }()
 	if _, err := cn.br.Peek(1); err != nil {
 		return Response{}, false, err
 	}
@@ -316,14 +409,20 @@ func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, d
 		resp = Response{Status: h.status, RetryAfter: h.retryAfter}
 		keep = !h.close
 		if h.length > 0 {
-			resp.Body, resp.Truncated, keep = readFixed(cn.br, h.length, r.MaxBody, drain, keep)
+			cn.limit = noLimit
+			cn.boundBody(ctx, deadline, cfg.BodyTimeout)
+			resp.Body, resp.Truncated, keep = readFixed(cn.br, h.length, r.MaxBody, cfg.DrainBytes, keep)
 		}
 		return resp, keep, nil
 	}
 	hr, err := cn.readHead()
 	if err != nil {
+		if cn.limit <= 0 {
+			return Response{}, false, fmt.Errorf("%w: more than %d bytes", ErrHeadTooLarge, cfg.MaxHeadBytes)
+		}
 		return Response{}, false, err
 	}
+	cn.limit = noLimit
 	resp = Response{Status: hr.StatusCode, RetryAfter: hr.Header.Get("Retry-After")}
 	keep = !hr.Close
 	if hr.StatusCode == http.StatusSwitchingProtocols {
@@ -335,14 +434,29 @@ func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, d
 	if hr.ContentLength < 0 && len(hr.TransferEncoding) == 0 {
 		keep = false // the body ends when the endpoint closes the connection
 	}
-	resp.Body, resp.Truncated, keep = readBody(hr, r.MaxBody, drain, keep)
+	cn.boundBody(ctx, deadline, cfg.BodyTimeout)
+	resp.Body, resp.Truncated, keep = readBody(hr, r.MaxBody, cfg.DrainBytes, keep)
 	return resp, keep, nil
 }
 
-// readHead reads the answer's status line and headers, past any
-// informational (1xx) answer.
+// boundBody gives the body at most d from now, within deadline: the head
+// has decided the request, and the body only tells a few bytes more.
+func (cn *conn) boundBody(ctx context.Context, deadline time.Time, d time.Duration) {
+	bd := time.Now().Add(d)
+	if !bd.Before(deadline) {
+		return
+	}
+	_ = cn.nc.SetDeadline(bd)
+	if ctx.Err() != nil {
+		// A cut that landed before the new deadline must stay made.
+		_ = cn.nc.SetDeadline(aLongTimeAgo)
+	}
+}
+
+// readHead reads the answer's status line and headers, past a bounded
+// number of informational (1xx) answers.
 func (cn *conn) readHead() (*http.Response, error) {
-	for {
+	for range maxInformational + 1 {
 		hr, err := http.ReadResponse(cn.br, nil)
 		if err != nil {
 			return nil, err
@@ -352,6 +466,7 @@ func (cn *conn) readHead() (*http.Response, error) {
 		}
 		return hr, nil
 	}
+	return nil, fmt.Errorf("%w: more than %d", ErrTooManyInformational, maxInformational)
 }
 
 // readFixed keeps up to max bytes of a body of length bytes and drains up
@@ -413,8 +528,9 @@ var hopHeaders = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Upgrade": true,
 }
 
-// write sends r in one write when it fits.
-func (cn *conn) write(r *Request) error {
+// write sends r in one write when it fits, and says how many bytes went
+// out.
+func (cn *conn) write(r *Request) (int64, error) {
 	b := cn.wbuf[:0]
 	b = append(b, "POST "...)
 	b = append(b, r.Target...)
@@ -435,20 +551,23 @@ func (cn *conn) write(r *Request) error {
 	b = append(b, "Content-Length: "...)
 	b = strconv.AppendInt(b, int64(len(r.Body)), 10)
 	b = append(b, "\r\n\r\n"...)
+	var n int64
 	var err error
 	if len(r.Body) <= maxCoalescedBody {
 		b = append(b, r.Body...)
-		_, err = cn.nc.Write(b)
+		var w int
+		w, err = cn.nc.Write(b)
+		n = int64(w)
 	} else {
 		bufs := net.Buffers{b, r.Body}
-		_, err = bufs.WriteTo(cn.nc)
+		n, err = bufs.WriteTo(cn.nc)
 	}
 	if cap(b) <= maxKeptWriteBuffer {
 		cn.wbuf = b[:0]
 	} else {
 		cn.wbuf = nil
 	}
-	return err
+	return n, err
 }
 
 // checkHeaders refuses what would break the request's framing, by the

@@ -497,3 +497,42 @@ func TestAConnectionOutlivesTheContextsOfItsRequests(t *testing.T) {
 		t.Errorf("%d of 800 requests of live contexts failed", n)
 	}
 }
+
+// The head is read within MaxHeadBytes, informational answers included,
+// and past a bounded number of informational answers the request fails:
+// an endpoint cannot make a request read without end.
+func TestTheHeadIsReadWithinItsBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer string
+		want   error
+	}{
+		{"long header", "HTTP/1.1 200 OK\r\nX-Long: " + strings.Repeat("a", 8<<10) + "\r\nContent-Length: 0\r\n\r\n", http1.ErrHeadTooLarge},
+		{"long 1xx heads", strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: "+strings.Repeat("a", 1000)+"\r\n\r\n", 9) + "HTTP/1.1 204 No Content\r\n\r\n", http1.ErrHeadTooLarge},
+		{"many 1xx", strings.Repeat("HTTP/1.1 102 Processing\r\n\r\n", 101) + "HTTP/1.1 204 No Content\r\n\r\n", http1.ErrTooManyInformational},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := serveScripted(t, func(int64) string { return tc.answer }, nil)
+			c, _ := newClient(t, http1.Config{MaxHeadBytes: 8 << 10})
+			if resp, err := post(t, c, ep.addr(), "{}"); !errors.Is(err, tc.want) {
+				t.Errorf("Post: status %d, err %v; want %v", resp.Status, err, tc.want)
+			}
+		})
+	}
+	ep := serveScripted(t, func(int64) string {
+		return strings.Repeat("HTTP/1.1 102 Processing\r\n\r\n", 100) + "HTTP/1.1 204 No Content\r\n\r\n"
+	}, nil)
+	c, _ := newClient(t, http1.Config{})
+	if resp, err := post(t, c, ep.addr(), "{}"); err != nil || resp.Status != http.StatusNoContent {
+		t.Errorf("100 informational answers, then 204: status %d, err %v; want the 204", resp.Status, err)
+	}
+}
+
+func TestNewRefusesNegativeBounds(t *testing.T) {
+	dial := (&net.Dialer{}).DialContext
+	for _, cfg := range []http1.Config{{Dial: dial, MaxHeadBytes: -1}, {Dial: dial, BodyTimeout: -1}} {
+		if _, err := http1.New(cfg); err == nil {
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+}

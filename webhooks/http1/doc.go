@@ -16,4 +16,24 @@
 // answers are read exactly as net/http reads them. Only plain TCP is
 // spoken: https, redirects and request signing that needs an
 // *http.Request stay with net/http (see webhooks.Client).
+//
+// What net/http's transport guards against, this client guards against
+// too (test/hostile runs each against both):
+//   - bytes nobody asked for: a connection goes back to the pool only with
+//     nothing buffered, and one taken from it is asked first, without
+//     waiting, whether a byte or the endpoint's close is there to read
+//     (net/http keeps a read posted on every idle connection);
+//   - a head without end: the status line and headers of the answer and
+//     of every informational answer before it are read within one
+//     allowance, Config.MaxHeadBytes (net/http's MaxResponseHeaderBytes),
+//     and at most 100 informational answers are waited through (net/http
+//     counts only their bytes);
+//   - replays: a request goes out again, on a new connection, only when
+//     nothing of it was written, as net/http does for a POST it may not
+//     replay; net/http also replays one carrying an Idempotency-Key when
+//     a kept-alive connection broke before any answer, which this client
+//     leaves to the caller's next attempt;
+//   - a body without end: once the head is read the body gets
+//     Config.BodyTimeout, and a connection whose body was not read to its
+//     end is closed.
 package http1

@@ -17,9 +17,23 @@ type pool struct {
 	reaper *time.Timer
 }
 
-// get takes the most recently used idle connection, nil when none is left
-// that has been idle for less than timeout.
+// get takes the most recently used idle connection that can carry a
+// request, nil when none is left that has been idle for less than
+// timeout. Those the endpoint closed or wrote to while they waited are
+// closed; the check runs outside the lock, since it asks the kernel.
 func (p *pool) get(timeout time.Duration) *conn {
+	for {
+		cn := p.pop(timeout)
+		if cn == nil || cn.usable() {
+			return cn
+		}
+		cn.close()
+	}
+}
+
+// pop takes the most recently used idle connection, nil when none is left
+// that has been idle for less than timeout.
+func (p *pool) pop(timeout time.Duration) *conn {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()

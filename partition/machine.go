@@ -141,6 +141,12 @@ type Record[P any] struct {
 }
 
 // Entry is a record the machine tracks until it is acked.
+//
+// The goroutine driving the machine owns every field. A goroutine that
+// delivers the entry, once it was dispatched, may read Offset, Payload,
+// Time, Accepted and Dispatched (none changes while the entry is out),
+// LaneKey (an entry out keeps its lane) and Expiring (atomic: Expire
+// marks entries out); nothing else.
 type Entry[P any] struct {
 	// Offset is the record's offset.
 	Offset int64
@@ -155,24 +161,42 @@ type Entry[P any] struct {
 	// Time is the record's timestamp.
 	Time time.Time
 
+	state state
 	size  int
 	bytes int64
 	lane  *lane[P]
-	// taken: the record went out in a batch behind its lane's head, so it
-	// must not be made ready again when the head is acked.
-	taken bool
 	// extra: queued by Inject, outside the partition's offsets.
 	extra bool
 	// hash is the record's key hash (keyrange), set when the partition
 	// is shared: it decides which sharer delivers it.
 	hash uint16
-	// ready: in the ready or extras queue; out: dispatched, no result
-	// yet; aborted: its attempt was cut and it waits for the next owner.
-	ready, out, aborted bool
 	// expiring: the topic's retention is about to delete the record (see
 	// Expire). Read by the goroutine delivering it, hence atomic.
 	expiring atomic.Bool
 }
+
+// state is where an entry is in its life; it is in exactly one.
+type state uint8
+
+const (
+	// stateQueued: waiting on its lane behind its head, or a head (or
+	// lane-less record) held back because its range is frozen.
+	stateQueued state = iota
+	// stateReady: in the ready queue, or the extras queue when injected.
+	stateReady
+	// stateTaken: in a batch Assemble returned, not dispatched yet. A
+	// record taken behind its lane's head is not made ready again when
+	// the head is acked.
+	stateTaken
+	// stateOut: dispatched, no result yet.
+	stateOut
+	// stateAborted: its attempt was cut; it waits for the next owner and
+	// is never dispatched again here.
+	stateAborted
+	// stateFinished: its result came and it left the machine (acked, or
+	// an injected record's end whatever its outcome).
+	stateFinished
+)
 
 // Expiring reports whether the record was found about to fall out of the
 // topic's retention while pending (see Expire): it goes out of its key's
@@ -181,7 +205,7 @@ type Entry[P any] struct {
 func (e *Entry[P]) Expiring() bool { return e.expiring.Load() }
 
 // Out reports whether the entry was dispatched and has no result yet.
-func (e *Entry[P]) Out() bool { return e.out }
+func (e *Entry[P]) Out() bool { return e.state == stateOut }
 
 // Extra reports whether the entry was queued by Inject.
 func (e *Entry[P]) Extra() bool { return e.extra }
@@ -487,7 +511,7 @@ func (m *Machine[P]) Freeze(keep keyrange.Set) {
 // leaves its queue, no longer ready.
 func (m *Machine[P]) staysReady(e *Entry[P]) bool {
 	if m.isFrozen(e) {
-		e.ready = false
+		e.state = stateQueued
 		return false
 	}
 	return true
@@ -511,7 +535,7 @@ func (m *Machine[P]) unfrozen(q []*Entry[P]) []*Entry[P] {
 // readyAgain readies a lane head (or lane-less record) that waits for
 // nothing but is not queued.
 func (m *Machine[P]) readyAgain(e *Entry[P]) {
-	if !e.ready && !e.out && !e.taken && !e.aborted && !m.isFrozen(e) {
+	if e.state == stateQueued && !m.isFrozen(e) {
 		m.makeReady(e)
 	}
 }
@@ -523,13 +547,13 @@ func (m *Machine[P]) Draining() int {
 	}
 	n := 0
 	for _, e := range m.pending {
-		if e.out && m.isFrozen(e) {
+		if e.state == stateOut && m.isFrozen(e) {
 			n++
 		}
 	}
 	for _, l := range m.lanes {
 		for _, e := range l.q {
-			if e.extra && e.out && m.isFrozen(e) {
+			if e.extra && e.state == stateOut && m.isFrozen(e) {
 				n++
 			}
 		}
@@ -835,7 +859,7 @@ func (m *Machine[P]) supersede(l *lane[P]) {
 		return
 	}
 	old := l.q[n-1]
-	if old.out || old.taken || old.extra || old.ready {
+	if old.state != stateQueued || old.extra {
 		return
 	}
 	l.q[n-1] = nil
@@ -922,7 +946,7 @@ func (m *Machine[P]) parkTail(l *lane[P]) (n int, freed int64) {
 	cut := len(l.q)
 	for cut > m.laneCap {
 		e := l.q[cut-1]
-		if e.out || e.taken || e.extra || e.ready {
+		if e.state != stateQueued || e.extra {
 			break
 		}
 		if m.cfg.ParkBudget != nil && !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
@@ -1141,7 +1165,7 @@ func (m *Machine[P]) Expire(cutoff time.Time, max int) int {
 		}
 		n++
 		e.expiring.Store(true)
-		if l := e.lane; l != nil && !e.out && !e.taken && !e.ready && l.q[0] != e {
+		if l := e.lane; l != nil && e.state == stateQueued && l.q[0] != e {
 			// Out of its lane, keeping the order of the others.
 			for i, f := range l.q {
 				if f == e {
@@ -1277,7 +1301,7 @@ func (m *Machine[P]) makeReady(e *Entry[P]) {
 	if m.isFrozen(e) {
 		return // its range is being given up: it waits for the next owner
 	}
-	e.ready = true
+	e.state = stateReady
 	if e.extra {
 		m.extras = append(m.extras, e)
 		return
@@ -1332,7 +1356,7 @@ func (m *Machine[P]) dispatchHead(q *[]*Entry[P], e *Entry[P]) error {
 // endpoint.
 func (m *Machine[P]) dispatched(e *Entry[P]) error {
 	m.inflight++
-	e.ready, e.out = false, true
+	e.state = stateOut
 	e.Dispatched = m.cfg.Clock()
 	if m.paused && m.claimed && m.parks() && m.starved() {
 		// The last record ready went out while the fetch waits for room:
@@ -1412,7 +1436,7 @@ func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
 	}
 	for m.ready.len() > 0 && fits(m.ready.peek()) {
 		head := m.ready.pop()
-		head.taken, head.ready = true, false
+		head.state = stateTaken
 		out = append(out, head)
 		size += head.size
 		if head.lane == nil {
@@ -1422,7 +1446,7 @@ func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
 			if f.extra || !fits(f) {
 				break
 			}
-			f.taken = true
+			f.state = stateTaken
 			out = append(out, f)
 			size += f.size
 		}
@@ -1437,7 +1461,7 @@ func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
 	now := m.cfg.Clock()
 	for _, e := range batch {
 		e.Dispatched = now
-		e.out = true
+		e.state = stateOut
 	}
 	m.inflight += len(batch)
 }
@@ -1447,8 +1471,10 @@ func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
 // pending for the next owner). An ack frees the next record of its lane.
 func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	m.inflight--
-	e.out = false
-	e.aborted = !acked
+	e.state = stateFinished
+	if !acked {
+		e.state = stateAborted
+	}
 	if e.extra {
 		// Whatever its outcome, an injected record frees its lane: its
 		// caller keeps what is not done.
@@ -1500,7 +1526,7 @@ func (m *Machine[P]) leaveLane(l *lane[P], e *Entry[P]) {
 		if len(l.parked) == 0 {
 			delete(m.lanes, l.key)
 		}
-	} else if !l.q[0].taken {
+	} else if l.q[0].state == stateQueued {
 		m.makeReady(l.q[0])
 	}
 }

@@ -604,13 +604,9 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 		if !m.isFrozen(e) {
 			continue
 		}
-		delete(m.pending, off)
+		m.drop(e)
 		m.done.AddOffset(off)
 		m.foreign++
-		if e.bytes > 0 {
-			m.held -= e.bytes
-			m.cfg.Budget.Release(e.bytes)
-		}
 	}
 	m.ranges = m.Ranges().Minus(m.frozen)
 	if m.ranges == nil {
@@ -865,11 +861,7 @@ func (m *Machine[P]) supersede(l *lane[P]) {
 	l.q[n-1] = nil
 	l.q = l.q[:n-1]
 	m.addAcked(old.Offset, old.Offset+1)
-	delete(m.pending, old.Offset)
-	if old.bytes > 0 {
-		m.held -= old.bytes
-		m.cfg.Budget.Release(old.bytes)
-	}
+	m.drop(old)
 	m.superseded++
 	m.version++
 }
@@ -877,21 +869,24 @@ func (m *Machine[P]) supersede(l *lane[P]) {
 // Superseded returns how many records conflation acked without delivery.
 func (m *Machine[P]) Superseded() int64 { return m.superseded }
 
+// drop takes e out of the pending records and gives back what it holds
+// of the Budget, which it returns: acked, superseded, parked from memory,
+// or left to the next owner of its range.
+func (m *Machine[P]) drop(e *Entry[P]) int64 {
+	delete(m.pending, e.Offset)
+	if e.bytes > 0 {
+		m.held -= e.bytes
+		m.cfg.Budget.Release(e.bytes)
+	}
+	return e.bytes
+}
+
 // park appends off to l's parked records: its value is dropped, and
 // Unpark takes it back when l has room.
 func (m *Machine[P]) park(l *lane[P], off int64, ts time.Time) {
-	n := len(l.parked)
-	// A run carries its first record's timestamp for the retention guard:
-	// it takes in only records within a second of it.
-	var last *parkRun[P]
-	if n > 0 {
-		last = &l.parked[n-1]
-	}
-	if last != nil && last.extra == nil && last.end == off && absMS(ts.UnixMilli()-last.ts) < 1000 {
-		last.end++
-		last.ts = min(last.ts, ts.UnixMilli())
-	} else {
-		l.parked = append(l.parked, parkRun[P]{start: off, end: off + 1, read: m.cfg.Clock().UnixNano(), ts: ts.UnixMilli()})
+	ms := ts.UnixMilli()
+	if n := len(l.parked); n == 0 || !l.parked[n-1].extend(off, ms) {
+		l.parked = append(l.parked, parkRun[P]{start: off, end: off + 1, read: m.cfg.Clock().UnixNano(), ts: ms})
 	}
 	m.parkedLanes[l] = struct{}{}
 	m.parked++
@@ -961,18 +956,10 @@ func (m *Machine[P]) parkTail(l *lane[P]) (n int, freed int64) {
 	runs := make([]parkRun[P], 0, len(l.q)-cut)
 	for _, e := range l.q[cut:] {
 		ts := e.Time.UnixMilli()
-		if k := len(runs); k > 0 && runs[k-1].end == e.Offset && absMS(ts-runs[k-1].ts) < 1000 {
-			runs[k-1].end++
-			runs[k-1].ts = min(runs[k-1].ts, ts)
-		} else {
+		if k := len(runs); k == 0 || !runs[k-1].extend(e.Offset, ts) {
 			runs = append(runs, parkRun[P]{start: e.Offset, end: e.Offset + 1, read: now, ts: ts})
 		}
-		delete(m.pending, e.Offset)
-		if e.bytes > 0 {
-			m.held -= e.bytes
-			m.cfg.Budget.Release(e.bytes)
-			freed += e.bytes
-		}
+		freed += m.drop(e)
 		if m.cfg.ParkBudget != nil {
 			m.parkHeld += m.cfg.ParkedBytes
 		}
@@ -991,6 +978,18 @@ func (m *Machine[P]) parkTail(l *lane[P]) (n int, freed int64) {
 // Evicted returns how many records were parked from memory to make room
 // for other keys (see ParkAfter); they count in Parked too.
 func (m *Machine[P]) Evicted() int64 { return m.evicted }
+
+// extend adds off, of timestamp ts (unix ms), to r when it follows r's
+// last offset. A run carries its first record's timestamp for the
+// retention guard, so it takes in only records within a second of it.
+func (r *parkRun[P]) extend(off, ts int64) bool {
+	if r.extra != nil || r.end != off || absMS(ts-r.ts) >= 1000 {
+		return false
+	}
+	r.end++
+	r.ts = min(r.ts, ts)
+	return true
+}
 
 // absMS is |d|.
 func absMS(d int64) int64 {
@@ -1493,11 +1492,7 @@ func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	if m.done != &m.acked {
 		m.done.AddOffset(e.Offset)
 	}
-	delete(m.pending, e.Offset)
-	if e.bytes > 0 {
-		m.held -= e.bytes
-		m.cfg.Budget.Release(e.bytes)
-	}
+	m.drop(e)
 	m.version++
 	if l := e.lane; l != nil {
 		m.leaveLane(l, e)

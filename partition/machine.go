@@ -261,22 +261,16 @@ type Machine[P any] struct {
 	// gaps and markers, and what previous owners acked. It is what the
 	// tracker stores, so other owners may take it as a fact.
 	acked offsets.Set
-	// done is what the watermark walks over: acked plus the offsets of
-	// records other sharers own. It is &acked until the partition is
-	// shared (see ranges).
-	done *offsets.Set
-	// ranges are the key hashes this node delivers, nil for all of them
-	// (empty, not nil, for none); frozen are those it is giving up
-	// (drained, not dispatched); floors are what the previous owners had
-	// delivered, per range.
-	ranges, frozen keyrange.Set
-	floors         []Floor
-	// foreign counts records read that another sharer owns; superseded
-	// those conflation acked without delivery.
-	foreign, superseded int64
-	pending             map[int64]*Entry[P]
-	lanes               map[string]*lane[P]
-	ready               readyQueue[P]
+	// sharing is the state of a partition shared with other nodes, nil
+	// while this node delivers all of it.
+	sharing *sharing
+	// floors are what the previous owners had delivered, per range.
+	floors []Floor
+	// superseded counts the records conflation acked without delivery.
+	superseded int64
+	pending    map[int64]*Entry[P]
+	lanes      map[string]*lane[P]
+	ready      readyQueue[P]
 	// extras are the injected records free to go, in the order they
 	// became so; they never go in a batch.
 	extras []*Entry[P]
@@ -338,7 +332,6 @@ func New[P any](cfg Config) (*Machine[P], error) {
 	// A key taking parked records back takes many at once (one fetch made
 	// again serves them), within a tenth of the window.
 	m.refillCap = max(4*m.laneCap, int(cfg.MaxWindow/10))
-	m.done = &m.acked
 	return m, nil
 }
 
@@ -360,7 +353,7 @@ func (m *Machine[P]) SetCommitted(o int64) {
 // acked: they are skipped when fetched. Claiming again (after the tracker
 // lost its state, or to win back a zombie's claim) adds what it returns.
 // The node keeps the ranges it had (all of them at first).
-func (m *Machine[P]) Claim(acked *offsets.Set) { m.ClaimRanges(acked, m.ranges, nil) }
+func (m *Machine[P]) Claim(acked *offsets.Set) { m.ClaimRanges(acked, m.sharing.own(), nil) }
 
 // Floor says that every record whose key hash is in Range and whose
 // offset is below Below was delivered: what a previous owner of the
@@ -382,12 +375,14 @@ func (m *Machine[P]) ClaimRanges(acked *offsets.Set, ranges keyrange.Set, floors
 	if ranges != nil {
 		m.share()
 	}
-	m.ranges = ranges
+	if m.sharing != nil {
+		m.sharing.ranges = ranges
+	}
 	m.floors = floors
 	if acked != nil {
 		m.acked.Union(acked)
-		if m.done != &m.acked {
-			m.done.Union(acked)
+		if m.sharing != nil {
+			m.sharing.done.Union(acked)
 		}
 	}
 	m.claimed = true
@@ -395,13 +390,43 @@ func (m *Machine[P]) ClaimRanges(acked *offsets.Set, ranges keyrange.Set, floors
 	m.fill()
 }
 
-// share separates the done set from the acked one: from now on records
-// of other sharers count as done, never as acked.
+// sharing is what a machine keeps once its partition is shared: other
+// nodes own some of the key hashes, and their records count as done here
+// without being delivered or acked. Once made it stays, even when the
+// node comes to own every hash again. The machine's goroutine owns it.
+type sharing struct {
+	// ranges are the key hashes this node delivers, nil for all of them
+	// (a whole partition freezing part of itself), empty for none.
+	ranges keyrange.Set
+	// frozen are the ranges being given up (drained, not dispatched),
+	// nil when none.
+	frozen keyrange.Set
+	// done is what the watermark walks over: acked plus the offsets of
+	// records other sharers own.
+	done *offsets.Set
+	// foreign counts records read that another sharer owns.
+	foreign int64
+}
+
+// own returns the ranges s delivers, nil for all of them: a nil s
+// delivers all.
+func (s *sharing) own() keyrange.Set {
+	if s == nil {
+		return nil
+	}
+	return s.ranges
+}
+
+// owns reports whether a record of hash h is this node's.
+func (s *sharing) owns(h uint16) bool { return s.ranges == nil || s.ranges.Contains(h) }
+
+// share makes the partition shared: from now on records of other
+// sharers count as done, never as acked.
 func (m *Machine[P]) share() {
-	if m.done != &m.acked {
+	if m.sharing != nil {
 		return
 	}
-	m.done = m.acked.Clone()
+	m.sharing = &sharing{done: m.acked.Clone()}
 	// Records accepted while the partition was whole were not hashed:
 	// their lane's key (or offset) says it.
 	for _, e := range m.pending {
@@ -424,17 +449,22 @@ func (m *Machine[P]) entryHash(e *Entry[P]) uint16 {
 
 // Ranges returns the key hashes this node delivers.
 func (m *Machine[P]) Ranges() keyrange.Set {
-	if m.ranges == nil {
-		return keyrange.Full()
+	if r := m.sharing.own(); r != nil {
+		return r
 	}
-	return m.ranges
+	return keyrange.Full()
 }
 
 // Shared reports whether the node delivers part of the key hashes only.
-func (m *Machine[P]) Shared() bool { return m.ranges != nil }
+func (m *Machine[P]) Shared() bool { return m.sharing.own() != nil }
 
 // Foreign returns how many records were read that other sharers own.
-func (m *Machine[P]) Foreign() int64 { return m.foreign }
+func (m *Machine[P]) Foreign() int64 {
+	if m.sharing == nil {
+		return 0
+	}
+	return m.sharing.foreign
+}
 
 // hash is the key hash that decides a record's sharer: its key's, or its
 // offset's without a key or without ordering.
@@ -448,7 +478,7 @@ func (m *Machine[P]) hash(key []byte, off int64) uint16 {
 // Owns reports whether the record of key at offset is this node's to
 // deliver.
 func (m *Machine[P]) Owns(key []byte, off int64) bool {
-	return m.ranges == nil || m.ranges.Contains(m.hash(key, off))
+	return m.sharing == nil || m.sharing.owns(m.hash(key, off))
 }
 
 // belowFloor reports whether a previous owner of h's range delivered
@@ -464,14 +494,22 @@ func (m *Machine[P]) belowFloor(h uint16, off int64) bool {
 
 // isFrozen reports whether e belongs to a range being given up.
 func (m *Machine[P]) isFrozen(e *Entry[P]) bool {
-	return m.frozen != nil && (e.lane != nil || !e.extra) && m.frozen.Contains(e.hash)
+	return m.frozen() != nil && (e.lane != nil || !e.extra) && m.sharing.frozen.Contains(e.hash)
+}
+
+// frozen returns the ranges being given up, nil when none.
+func (m *Machine[P]) frozen() keyrange.Set {
+	if m.sharing == nil {
+		return nil
+	}
+	return m.sharing.frozen
 }
 
 // addAcked records true acks (gaps, markers, deliveries) in both sets.
 func (m *Machine[P]) addAcked(start, end int64) {
 	m.acked.Add(start, end)
-	if m.done != &m.acked {
-		m.done.Add(start, end)
+	if m.sharing != nil {
+		m.sharing.done.Add(start, end)
 	}
 }
 
@@ -489,8 +527,10 @@ func (m *Machine[P]) Freeze(keep keyrange.Set) {
 	if fr != nil {
 		m.share()
 	}
-	m.frozen = fr
-	if m.frozen != nil {
+	if m.sharing != nil {
+		m.sharing.frozen = fr
+	}
+	if fr != nil {
 		m.ready.filter(m.staysReady)
 	}
 	m.extras = m.unfrozen(m.extras)
@@ -519,7 +559,7 @@ func (m *Machine[P]) staysReady(e *Entry[P]) bool {
 
 // unfrozen filters frozen entries out of a ready queue.
 func (m *Machine[P]) unfrozen(q []*Entry[P]) []*Entry[P] {
-	if m.frozen == nil {
+	if m.frozen() == nil {
 		return q
 	}
 	out := q[:0]
@@ -542,7 +582,7 @@ func (m *Machine[P]) readyAgain(e *Entry[P]) {
 
 // Draining returns how many records of the frozen ranges are in flight.
 func (m *Machine[P]) Draining() int {
-	if m.frozen == nil {
+	if m.frozen() == nil {
 		return 0
 	}
 	n := 0
@@ -571,9 +611,10 @@ var ErrDraining = errors.New("partition: records of the ranges given up are in f
 // ranges become what Freeze kept. It returns the injected records it
 // dropped, which their caller still holds.
 func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
-	if m.frozen == nil {
+	if m.frozen() == nil {
 		return nil, nil
 	}
+	s := m.sharing
 	if m.Draining() > 0 {
 		return nil, ErrDraining
 	}
@@ -593,8 +634,8 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 				dropped = append(dropped, r.extra)
 				continue
 			}
-			m.done.Add(r.start, r.end)
-			m.foreign += r.end - r.start
+			s.done.Add(r.start, r.end)
+			s.foreign += r.end - r.start
 			m.unpark(r.end - r.start)
 		}
 		delete(m.parkedLanes, l)
@@ -605,14 +646,14 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 			continue
 		}
 		m.drop(e)
-		m.done.AddOffset(off)
-		m.foreign++
+		s.done.AddOffset(off)
+		s.foreign++
 	}
-	m.ranges = m.Ranges().Minus(m.frozen)
-	if m.ranges == nil {
-		m.ranges = keyrange.Set{} // none, which nil would not say
+	s.ranges = m.Ranges().Minus(s.frozen)
+	if s.ranges == nil {
+		s.ranges = keyrange.Set{} // none, which nil would not say
 	}
-	m.frozen = nil
+	s.frozen = nil
 	m.version++
 	m.settleWatermark()
 	m.fill()
@@ -621,13 +662,13 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 
 // laneFrozen reports whether l's key belongs to a range being given up.
 func (m *Machine[P]) laneFrozen(l *lane[P]) bool {
-	if m.frozen == nil {
+	if m.frozen() == nil {
 		return false
 	}
 	if len(l.q) > 0 {
 		return m.isFrozen(l.q[0])
 	}
-	return m.frozen.Contains(m.hash([]byte(l.key), -1))
+	return m.sharing.frozen.Contains(m.hash([]byte(l.key), -1))
 }
 
 // Claimed reports whether Claim was called.
@@ -743,10 +784,10 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	var h uint16
 	foreign, preacked := false, false
 	if !r.Control {
-		if m.done != &m.acked || m.floors != nil {
+		if m.sharing != nil || m.floors != nil {
 			h = m.hash(r.Key, off)
 		}
-		foreign = m.ranges != nil && !m.ranges.Contains(h)
+		foreign = m.sharing != nil && !m.sharing.owns(h)
 		preacked = !foreign && (m.acked.Contains(off) || m.belowFloor(h, off))
 	}
 	// Only a record that will be pending holds memory. A key with parked
@@ -808,8 +849,8 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		return true
 	case foreign:
 		// Another sharer's: done here, never acked.
-		m.done.AddOffset(off)
-		m.foreign++
+		m.sharing.done.AddOffset(off)
+		m.sharing.foreign++
 		m.settleWatermark()
 		return true
 	case park:
@@ -1087,7 +1128,7 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 		}
 		e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: hold, lane: l,
 			Accepted: time.Unix(0, run.read), Time: r.Time}
-		if m.done != &m.acked {
+		if m.sharing != nil {
 			e.hash = m.hash(r.Key, r.Offset)
 		}
 		if run.start++; run.start == run.end {
@@ -1489,8 +1530,8 @@ func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 		return // not tracked (anymore): nothing to ack
 	}
 	m.acked.AddOffset(e.Offset)
-	if m.done != &m.acked {
-		m.done.AddOffset(e.Offset)
+	if m.sharing != nil {
+		m.sharing.done.AddOffset(e.Offset)
 	}
 	m.drop(e)
 	m.version++
@@ -1533,10 +1574,12 @@ func (m *Machine[P]) settleWatermark() {
 		return
 	}
 	m.acked.TrimBelow(m.floor)
-	if m.done != &m.acked {
-		m.done.TrimBelow(m.floor)
+	done := &m.acked
+	if m.sharing != nil {
+		done = m.sharing.done
+		done.TrimBelow(m.floor)
 	}
-	m.watermark = m.done.Watermark(m.floor)
+	m.watermark = done.Watermark(m.floor)
 	if m.floors != nil && m.next >= 0 && m.floorsPassed() {
 		m.floors = nil
 	}
@@ -1664,7 +1707,7 @@ func (m *Machine[P]) Touch() { m.version++ }
 // Snapshot returns the state to flush.
 func (m *Machine[P]) Snapshot() Snapshot {
 	s := Snapshot{
-		version: m.version, Acked: &m.acked, Ranges: m.ranges,
+		version: m.version, Acked: &m.acked, Ranges: m.sharing.own(),
 		Watermark: m.watermark, Next: m.next, Committed: m.committed,
 		Pending: m.Pending(), InFlight: m.inflight, Keys: len(m.lanes),
 	}
@@ -1699,7 +1742,7 @@ func (m *Machine[P]) FlushedMerged(s Snapshot, merged int64) {
 // flushed, trails this node's own: other sharers have not caught up, so
 // flushing again (even with nothing new) learns when they do.
 func (m *Machine[P]) Behind() bool {
-	return m.ranges != nil && m.claimed && !m.fenced && m.flushed < m.watermark
+	return m.Shared() && m.claimed && !m.fenced && m.flushed < m.watermark
 }
 
 // CommitCandidate returns the offset to commit to Kafka, if it is ahead of

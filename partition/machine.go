@@ -767,7 +767,7 @@ func (m *Machine[P]) full() bool {
 // queued on its lane. Offsets the fetch stepped over (transaction markers,
 // compaction, aborted data) are not records and count as acked, so they
 // never stall the watermark. It returns false, having placed nothing, when
-// the Budget has no room for the record.
+// the window or the Budget has no room for the record.
 func (m *Machine[P]) accept(r Record[P]) bool {
 	off := r.Offset
 	if m.floor < 0 {
@@ -781,58 +781,12 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	if off < m.next || off < m.floor {
 		return true // a refetch of something already placed or committed
 	}
-	var h uint16
-	foreign, preacked := false, false
-	if !r.Control {
-		if m.sharing != nil || m.floors != nil {
-			h = m.hash(r.Key, off)
-		}
-		foreign = m.sharing != nil && !m.sharing.owns(h)
-		preacked = !foreign && (m.acked.Contains(off) || m.belowFloor(h, off))
-	}
-	// Only a record that will be pending holds memory. A key with parked
-	// records, or holding its refill cap in memory, parks it; so does one
-	// holding more than ParkAfter when the window is full and the
-	// partition short of work (starved). Otherwise a full window or
-	// Budget pauses the fetch, since a node that is merely behind would
-	// park records of every key and read them all again; when starved,
-	// the longest keys first park their tails to make room.
-	hold := int64(0)
+	p, h := m.classify(r)
 	var l *lane[P]
-	park := false
-	if !r.Control && !foreign && !preacked {
-		if m.parks() && r.Key != nil {
-			l = m.lanes[string(r.Key)]
-		}
-		park = m.parkArrival(l)
-		// Room made by parking may have parked the key's own tail: then
-		// the record parks behind it.
-		if !park && m.residentWindow() && m.full() {
-			if !m.evictFor(0) {
-				return false
-			}
-			if park = m.parkArrival(l); !park && m.full() {
-				return false
-			}
-		}
-		if !park && m.cfg.Budget != nil && r.Bytes > 0 {
-			if !m.cfg.Budget.Reserve(r.Bytes) {
-				if !m.evictFor(r.Bytes) {
-					return false
-				}
-				if park = m.parkArrival(l); !park && !m.cfg.Budget.Reserve(r.Bytes) {
-					return false
-				}
-			}
-			if !park {
-				hold = r.Bytes
-			}
-		}
-		if park && m.cfg.ParkBudget != nil {
-			if !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
-				return false
-			}
-			hold = m.cfg.ParkedBytes
+	hold := int64(0)
+	if p == placePending {
+		if p, l, hold = m.room(r); p == placeWait {
+			return false
 		}
 	}
 	if off > m.next {
@@ -840,51 +794,155 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	}
 	m.next = off + 1
 	m.version++
-	// The watermark can only have moved if the gap started at it.
-	switch {
-	case r.Control || preacked:
-		// A marker, or a record a previous owner delivered.
+	switch p {
+	case placeAcked:
 		m.addAcked(off, off+1)
-		m.settleWatermark()
-		return true
-	case foreign:
-		// Another sharer's: done here, never acked.
+	case placeForeign:
+		// Done here, never acked.
 		m.sharing.done.AddOffset(off)
 		m.sharing.foreign++
-		m.settleWatermark()
-		return true
-	case park:
+	case placeParked:
 		m.park(l, off, r.Time)
 		m.parkHeld += hold
-		m.settleWatermark()
-		return true
 	}
-	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold, hash: h, Accepted: m.cfg.Clock(), Time: r.Time}
-	m.held += hold
-	m.pending[off] = e
-	switch {
-	case m.cfg.Ordering == OrderNone:
-	case m.cfg.Ordering == OrderPartition:
-		e.lane = m.lane("")
-	case r.Key != nil:
-		// Looked up before it is made: the lookup does not copy the key.
-		if e.lane = m.lanes[string(r.Key)]; e.lane == nil {
-			e.lane = m.lane(string(r.Key))
-		}
-	}
+	// The watermark can only have moved if the gap started at it.
 	m.settleWatermark()
-	if e.lane == nil {
-		m.makeReady(e)
-		return true
-	}
-	if m.cfg.Conflate && m.cfg.Ordering == OrderKey && e.lane != nil {
-		m.supersede(e.lane)
-	}
-	e.lane.q = append(e.lane.q, e)
-	if len(e.lane.q) == 1 {
-		m.makeReady(e)
+	if p == placePending {
+		m.hold(r, h, hold)
 	}
 	return true
+}
+
+// place is where accept puts a record.
+type place uint8
+
+const (
+	// placePending: pending in memory, on its lane.
+	placePending place = iota
+	// placeAcked: a transaction marker, or a record a previous owner
+	// delivered (acked it, or finished its range below a floor).
+	placeAcked
+	// placeForeign: another sharer's record.
+	placeForeign
+	// placeParked: parked by offset, its value dropped.
+	placeParked
+	// placeWait: no room in the window or a budget; it waits in the
+	// backlog.
+	placeWait
+)
+
+// classify says where r goes, room permitting, and its key hash (set
+// when the partition is shared or has floors).
+func (m *Machine[P]) classify(r Record[P]) (place, uint16) {
+	if r.Control {
+		return placeAcked, 0
+	}
+	var h uint16
+	if m.sharing != nil || m.floors != nil {
+		h = m.hash(r.Key, r.Offset)
+	}
+	switch {
+	case m.sharing != nil && !m.sharing.owns(h):
+		return placeForeign, h
+	case m.acked.Contains(r.Offset) || m.belowFloor(h, r.Offset):
+		return placeAcked, h
+	}
+	return placePending, h
+}
+
+// room finds room for r, a record to be pending: in memory (placePending,
+// its bytes reserved of the Budget), or parked (placeParked, its cost
+// reserved of the ParkBudget) on its lane, returned; placeWait, having
+// reserved nothing, when there is none. Only a record that will be
+// pending holds memory. A key with parked records, or holding its refill
+// cap in memory, parks it; so does one holding more than ParkAfter when
+// the window is full and the partition short of work (starved).
+// Otherwise a full window or Budget waits, since a node that is merely
+// behind would park records of every key and read them all again; when
+// starved, the longest keys first park their tails to make room.
+func (m *Machine[P]) room(r Record[P]) (place, *lane[P], int64) {
+	var l *lane[P]
+	if m.parks() && r.Key != nil {
+		l = m.lanes[string(r.Key)]
+	}
+	park := m.parkArrival(l)
+	// Room made by parking may have parked the key's own tail: then the
+	// record parks behind it.
+	if !park && m.residentWindow() && m.full() {
+		if !m.evictFor(0) {
+			return placeWait, nil, 0
+		}
+		if park = m.parkArrival(l); !park && m.full() {
+			return placeWait, nil, 0
+		}
+	}
+	if !park {
+		if m.cfg.Budget == nil || r.Bytes <= 0 {
+			return placePending, nil, 0
+		}
+		if m.cfg.Budget.Reserve(r.Bytes) {
+			return placePending, nil, r.Bytes
+		}
+		if !m.evictFor(r.Bytes) {
+			return placeWait, nil, 0
+		}
+		if park = m.parkArrival(l); !park {
+			if !m.cfg.Budget.Reserve(r.Bytes) {
+				return placeWait, nil, 0
+			}
+			return placePending, nil, r.Bytes
+		}
+	}
+	if m.cfg.ParkBudget == nil {
+		return placeParked, l, 0
+	}
+	if !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
+		return placeWait, nil, 0
+	}
+	return placeParked, l, m.cfg.ParkedBytes
+}
+
+// hold makes r, of key hash h, a pending record holding hold bytes of the
+// Budget, on its lane.
+func (m *Machine[P]) hold(r Record[P], h uint16, hold int64) {
+	e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: hold, hash: h, Accepted: m.cfg.Clock(), Time: r.Time}
+	m.held += hold
+	m.pending[e.Offset] = e
+	if e.lane = m.laneOf(r.Key); e.lane == nil {
+		m.makeReady(e)
+		return
+	}
+	if m.cfg.Conflate && m.cfg.Ordering == OrderKey {
+		m.supersede(e.lane)
+	}
+	m.join(e.lane, e)
+}
+
+// laneOf returns the lane of a record of key, made when it has none yet;
+// nil when the record waits for nothing (ordering none, or no key under
+// ordering key).
+func (m *Machine[P]) laneOf(key []byte) *lane[P] {
+	switch {
+	case m.cfg.Ordering == OrderNone:
+		return nil
+	case m.cfg.Ordering == OrderPartition:
+		return m.lane("")
+	case key == nil:
+		return nil
+	}
+	// Looked up before it is made: the lookup does not copy the key.
+	if l := m.lanes[string(key)]; l != nil {
+		return l
+	}
+	return m.lane(string(key))
+}
+
+// join appends e to l's queue: ready at once as its head.
+func (m *Machine[P]) join(l *lane[P], e *Entry[P]) {
+	l.q = append(l.q, e)
+	if len(l.q) == 1 {
+		m.makeReady(e)
+	}
 }
 
 // supersede acks, without delivering it, the record of l waiting behind
@@ -1144,10 +1202,7 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 			e.expiring.Store(true)
 			m.makeReady(e)
 		} else {
-			l.q = append(l.q, e)
-			if len(l.q) == 1 {
-				m.makeReady(e)
-			}
+			m.join(l, e)
 		}
 		m.promote(l)
 		if len(l.parked) == 0 || l.parked[0].extra != nil || l.parked[0].ts >= l.rescue {
@@ -1172,10 +1227,7 @@ func (m *Machine[P]) promote(l *lane[P]) {
 		e := l.parked[0].extra
 		l.parked[0] = parkRun[P]{}
 		l.parked = l.parked[1:]
-		l.q = append(l.q, e)
-		if len(l.q) == 1 {
-			m.makeReady(e)
-		}
+		m.join(l, e)
 	}
 	if len(l.parked) == 0 {
 		l.parked = nil
@@ -1421,12 +1473,8 @@ func (m *Machine[P]) dispatched(e *Entry[P]) error {
 // batch.
 func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
 	e := &Entry[P]{Offset: -1, Payload: payload, extra: true}
-	switch {
-	case m.cfg.Ordering == OrderNone:
-	case m.cfg.Ordering == OrderPartition:
-		e.lane = m.lane("")
-	case key != nil:
-		e.lane = m.lane(string(key))
+	e.lane = m.laneOf(key)
+	if e.lane != nil && m.cfg.Ordering == OrderKey {
 		e.hash = m.hash(key, -1)
 	}
 	if e.lane == nil {
@@ -1438,10 +1486,7 @@ func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
 		e.lane.parked = append(e.lane.parked, parkRun[P]{extra: e})
 		return e
 	}
-	e.lane.q = append(e.lane.q, e)
-	if len(e.lane.q) == 1 {
-		m.makeReady(e)
-	}
+	m.join(e.lane, e)
 	return e
 }
 

@@ -90,14 +90,6 @@ type Config struct {
 	ParkBudget Budget
 }
 
-// Budget is a byte budget shared by the partitions of a node.
-type Budget interface {
-	// Reserve takes n bytes, false (taking nothing) when they do not fit.
-	Reserve(n int64) bool
-	// Release gives n bytes back.
-	Release(n int64)
-}
-
 // Validate reports the first field that is wrong, by name.
 func (c Config) Validate() error {
 	switch {
@@ -279,17 +271,16 @@ type Machine[P any] struct {
 	readySince time.Time
 	backlog    []Record[P]
 	inflight   int
-	// held is what pending records reserve of the Budget.
-	held int64
+	// holdings is what the records hold of the budgets.
+	holdings holdings
 	// parkedLanes are the lanes with parked records; parked counts those
-	// records, parkHeld what they reserve of the ParkBudget. A lane
+	// records. A lane
 	// holding refillCap records in memory parks its later ones, and one
 	// holding more than laneCap when the window is full and nothing is
 	// ready parks its tail too; Unpark fills it up to refillCap, so that
 	// one fetch made again serves many of its records.
 	parkedLanes map[*lane[P]]struct{}
 	parked      int64
-	parkHeld    int64
 	// evicted counts records parked from memory (parkTail).
 	evicted            int64
 	laneCap, refillCap int
@@ -326,6 +317,7 @@ func New[P any](cfg Config) (*Machine[P], error) {
 		lanes:       make(map[string]*lane[P]),
 		parkedLanes: make(map[*lane[P]]struct{}),
 		paused:      true,
+		holdings:    holdings{budget: cfg.Budget, parkBudget: cfg.ParkBudget, parkedBytes: cfg.ParkedBytes},
 		// A batch may take a lane's records up to its size.
 		laneCap: max(cfg.ParkAfter, cfg.Batch.MaxRecords),
 	}
@@ -718,23 +710,17 @@ func (m *Machine[P]) Refill() {
 // Close gives back every byte pending records hold of the Budget. The
 // machine accepts nothing more afterwards.
 func (m *Machine[P]) Close() {
-	if m.cfg.Budget != nil && m.held > 0 {
-		m.cfg.Budget.Release(m.held)
-	}
-	if m.cfg.ParkBudget != nil && m.parkHeld > 0 {
-		m.cfg.ParkBudget.Release(m.parkHeld)
-	}
-	m.held, m.parkHeld = 0, 0
+	m.holdings.releaseAll()
 	m.claimed = false
 	m.backlog = nil
 	m.settle()
 }
 
 // Held returns the bytes pending records hold of the Budget.
-func (m *Machine[P]) Held() int64 { return m.held }
+func (m *Machine[P]) Held() int64 { return m.holdings.held }
 
 // ParkHeld returns the bytes parked records hold of the ParkBudget.
-func (m *Machine[P]) ParkHeld() int64 { return m.parkHeld }
+func (m *Machine[P]) ParkHeld() int64 { return m.holdings.parkHeld }
 
 // parks reports whether keys park records beyond ParkAfter. A key that
 // conflates holds two records at most: it never parks.
@@ -783,9 +769,9 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	}
 	p, h := m.classify(r)
 	var l *lane[P]
-	hold := int64(0)
+	held := int64(0)
 	if p == placePending {
-		if p, l, hold = m.room(r); p == placeWait {
+		if p, l, held = m.room(r); p == placeWait {
 			return false
 		}
 	}
@@ -803,12 +789,11 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 		m.sharing.foreign++
 	case placeParked:
 		m.park(l, off, r.Time)
-		m.parkHeld += hold
 	}
 	// The watermark can only have moved if the gap started at it.
 	m.settleWatermark()
 	if p == placePending {
-		m.hold(r, h, hold)
+		m.hold(r, h, held)
 	}
 	return true
 }
@@ -851,8 +836,8 @@ func (m *Machine[P]) classify(r Record[P]) (place, uint16) {
 }
 
 // room finds room for r, a record to be pending: in memory (placePending,
-// its bytes reserved of the Budget), or parked (placeParked, its cost
-// reserved of the ParkBudget) on its lane, returned; placeWait, having
+// with the bytes it reserved of the Budget), or parked (placeParked, its
+// cost reserved of the ParkBudget) on its lane, returned; placeWait, having
 // reserved nothing, when there is none. Only a record that will be
 // pending holds memory. A key with parked records, or holding its refill
 // cap in memory, parks it; so does one holding more than ParkAfter when
@@ -877,36 +862,30 @@ func (m *Machine[P]) room(r Record[P]) (place, *lane[P], int64) {
 		}
 	}
 	if !park {
-		if m.cfg.Budget == nil || r.Bytes <= 0 {
-			return placePending, nil, 0
-		}
-		if m.cfg.Budget.Reserve(r.Bytes) {
-			return placePending, nil, r.Bytes
+		if held, ok := m.holdings.reserve(r.Bytes); ok {
+			return placePending, nil, held
 		}
 		if !m.evictFor(r.Bytes) {
 			return placeWait, nil, 0
 		}
 		if park = m.parkArrival(l); !park {
-			if !m.cfg.Budget.Reserve(r.Bytes) {
+			held, ok := m.holdings.reserve(r.Bytes)
+			if !ok {
 				return placeWait, nil, 0
 			}
-			return placePending, nil, r.Bytes
+			return placePending, nil, held
 		}
 	}
-	if m.cfg.ParkBudget == nil {
-		return placeParked, l, 0
-	}
-	if !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
+	if !m.holdings.reservePark() {
 		return placeWait, nil, 0
 	}
-	return placeParked, l, m.cfg.ParkedBytes
+	return placeParked, l, 0
 }
 
-// hold makes r, of key hash h, a pending record holding hold bytes of the
+// hold makes r, of key hash h, a pending record holding held bytes of the
 // Budget, on its lane.
-func (m *Machine[P]) hold(r Record[P], h uint16, hold int64) {
-	e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: hold, hash: h, Accepted: m.cfg.Clock(), Time: r.Time}
-	m.held += hold
+func (m *Machine[P]) hold(r Record[P], h uint16, held int64) {
+	e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: held, hash: h, Accepted: m.cfg.Clock(), Time: r.Time}
 	m.pending[e.Offset] = e
 	if e.lane = m.laneOf(r.Key); e.lane == nil {
 		m.makeReady(e)
@@ -973,10 +952,7 @@ func (m *Machine[P]) Superseded() int64 { return m.superseded }
 // or left to the next owner of its range.
 func (m *Machine[P]) drop(e *Entry[P]) int64 {
 	delete(m.pending, e.Offset)
-	if e.bytes > 0 {
-		m.held -= e.bytes
-		m.cfg.Budget.Release(e.bytes)
-	}
+	m.holdings.release(e.bytes)
 	return e.bytes
 }
 
@@ -1043,7 +1019,7 @@ func (m *Machine[P]) parkTail(l *lane[P]) (n int, freed int64) {
 		if e.state != stateQueued || e.extra {
 			break
 		}
-		if m.cfg.ParkBudget != nil && !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
+		if !m.holdings.reservePark() {
 			break
 		}
 		cut--
@@ -1059,9 +1035,6 @@ func (m *Machine[P]) parkTail(l *lane[P]) (n int, freed int64) {
 			runs = append(runs, parkRun[P]{start: e.Offset, end: e.Offset + 1, read: now, ts: ts})
 		}
 		freed += m.drop(e)
-		if m.cfg.ParkBudget != nil {
-			m.parkHeld += m.cfg.ParkedBytes
-		}
 		n++
 	}
 	clear(l.q[cut:])
@@ -1101,11 +1074,7 @@ func absMS(d int64) int64 {
 // unpark counts n parked records gone: taken back, or let go.
 func (m *Machine[P]) unpark(n int64) {
 	m.parked -= n
-	if m.cfg.ParkBudget != nil {
-		b := min(n*m.cfg.ParkedBytes, m.parkHeld)
-		m.parkHeld -= b
-		m.cfg.ParkBudget.Release(b)
-	}
+	m.holdings.releaseParked(n)
 }
 
 // Reread returns the offset from which a fetch made again would find the
@@ -1177,12 +1146,9 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 		if !rescued && (len(l.q) >= m.refillCap || m.full()) {
 			continue
 		}
-		hold := int64(0)
-		if m.cfg.Budget != nil && r.Bytes > 0 {
-			if !m.cfg.Budget.Reserve(r.Bytes) {
-				break
-			}
-			hold = r.Bytes
+		hold, ok := m.holdings.reserve(r.Bytes)
+		if !ok {
+			break
 		}
 		e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: hold, lane: l,
 			Accepted: time.Unix(0, run.read), Time: r.Time}
@@ -1194,7 +1160,6 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 			l.parked = l.parked[1:]
 		}
 		m.unpark(1)
-		m.held += hold
 		m.pending[e.Offset] = e
 		if rescued {
 			// Out of its key's turn: it waits for nothing.

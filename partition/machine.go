@@ -243,21 +243,10 @@ var ErrNotReady = errors.New("partition: entry is not the next ready one")
 type Machine[P any] struct {
 	cfg Config
 
-	floor     int64 // every offset below is done; -1 unknown
-	next      int64 // fetch position; -1 before the first record
-	committed int64 // last Kafka commit known; -1 none
-	flushed   int64 // watermark of the last successful flush; -1 none
-	watermark int64 // lowest offset at or above floor not acked; -1 unknown
-
-	// acked holds true acks only: delivered or dead-lettered records,
-	// gaps and markers, and what previous owners acked. It is what the
-	// tracker stores, so other owners may take it as a fact.
-	acked offsets.Set
+	positions
 	// sharing is the state of a partition shared with other nodes, nil
 	// while this node delivers all of it.
 	sharing *sharing
-	// floors are what the previous owners had delivered, per range.
-	floors []Floor
 	// superseded counts the records conflation acked without delivery.
 	superseded int64
 	pending    map[int64]*Entry[P]
@@ -289,10 +278,6 @@ type Machine[P any] struct {
 	stopped bool // draining or fenced: nothing more is dispatched
 	fenced  bool
 	paused  bool
-
-	// version counts changes worth flushing; flushedVersion is the one
-	// the last successful flush wrote.
-	version, flushedVersion uint64
 }
 
 // New returns the machine of a partition that is not yet claimed: it
@@ -311,8 +296,8 @@ func New[P any](cfg Config) (*Machine[P], error) {
 		cfg.ReadyFloor = 1
 	}
 	m := &Machine[P]{
-		cfg:   cfg,
-		floor: -1, next: -1, committed: -1, flushed: -1, watermark: -1,
+		cfg:         cfg,
+		positions:   positions{floor: -1, next: -1, committed: -1, flushed: -1, watermark: -1},
 		pending:     make(map[int64]*Entry[P]),
 		lanes:       make(map[string]*lane[P]),
 		parkedLanes: make(map[*lane[P]]struct{}),
@@ -327,33 +312,11 @@ func New[P any](cfg Config) (*Machine[P], error) {
 	return m, nil
 }
 
-// SetCommitted records a Kafka commit: the group's committed offset at
-// assignment, or a commit this node made. Offsets below it are done. A
-// commit never moves back, so a lower offset changes nothing.
-func (m *Machine[P]) SetCommitted(o int64) {
-	if o < 0 || o <= m.committed {
-		return
-	}
-	m.committed = o
-	if o > m.floor {
-		m.floor = o
-	}
-	m.settle()
-}
-
 // Claim makes the partition this node's, with the offsets previous owners
 // acked: they are skipped when fetched. Claiming again (after the tracker
 // lost its state, or to win back a zombie's claim) adds what it returns.
 // The node keeps the ranges it had (all of them at first).
 func (m *Machine[P]) Claim(acked *offsets.Set) { m.ClaimRanges(acked, m.sharing.own(), nil) }
-
-// Floor says that every record whose key hash is in Range and whose
-// offset is below Below was delivered: what a previous owner of the
-// range had finished.
-type Floor struct {
-	Range keyrange.Range
-	Below int64
-}
 
 // ClaimRanges is Claim for the records whose key hash is in ranges (nil
 // or keyrange.Full: all of them), the partition being shared with other
@@ -473,17 +436,6 @@ func (m *Machine[P]) Owns(key []byte, off int64) bool {
 	return m.sharing == nil || m.sharing.owns(m.hash(key, off))
 }
 
-// belowFloor reports whether a previous owner of h's range delivered
-// the record at off. Floors are dropped once the fetch passed them all.
-func (m *Machine[P]) belowFloor(h uint16, off int64) bool {
-	for _, f := range m.floors {
-		if f.Range.Contains(h) {
-			return off < f.Below
-		}
-	}
-	return false
-}
-
 // isFrozen reports whether e belongs to a range being given up.
 func (m *Machine[P]) isFrozen(e *Entry[P]) bool {
 	return m.frozen() != nil && (e.lane != nil || !e.extra) && m.sharing.frozen.Contains(e.hash)
@@ -495,14 +447,6 @@ func (m *Machine[P]) frozen() keyrange.Set {
 		return nil
 	}
 	return m.sharing.frozen
-}
-
-// addAcked records true acks (gaps, markers, deliveries) in both sets.
-func (m *Machine[P]) addAcked(start, end int64) {
-	m.acked.Add(start, end)
-	if m.sharing != nil {
-		m.sharing.done.Add(start, end)
-	}
 }
 
 // Freeze starts giving up the ranges outside keep: their records are no
@@ -1577,24 +1521,6 @@ func (m *Machine[P]) leaveLane(l *lane[P], e *Entry[P]) {
 	}
 }
 
-// settleWatermark recomputes the watermark from the acked set.
-func (m *Machine[P]) settleWatermark() {
-	if m.floor < 0 {
-		m.watermark = -1
-		return
-	}
-	m.acked.TrimBelow(m.floor)
-	done := &m.acked
-	if m.sharing != nil {
-		done = m.sharing.done
-		done.TrimBelow(m.floor)
-	}
-	m.watermark = done.Watermark(m.floor)
-	if m.floors != nil && m.next >= 0 && m.floorsPassed() {
-		m.floors = nil
-	}
-}
-
 // settle recomputes the watermark and the fetch decision: with MaxWindow
 // records between the watermark and the fetch position the partition
 // pauses; at half of it, it resumes. Unclaimed or stopped, it stays
@@ -1617,16 +1543,6 @@ func (m *Machine[P]) settle() {
 	case m.next < 0 || m.watermark < 0 || m.next-m.watermark <= m.cfg.MaxWindow/2:
 		m.paused = false
 	}
-}
-
-// floorsPassed reports whether the fetch is past every floor.
-func (m *Machine[P]) floorsPassed() bool {
-	for _, f := range m.floors {
-		if m.next < f.Below {
-			return false
-		}
-	}
-	return true
 }
 
 // Paused reports whether fetching the partition should be paused now.
@@ -1673,96 +1589,4 @@ func (m *Machine[P]) Holding() *Entry[P] {
 		return nil
 	}
 	return m.pending[m.watermark]
-}
-
-// Watermark returns the lowest offset not acked, -1 while unknown.
-func (m *Machine[P]) Watermark() int64 { return m.watermark }
-
-// Next returns the fetch position, -1 before the first record.
-func (m *Machine[P]) Next() int64 { return m.next }
-
-// Committed returns the last Kafka commit known, -1 none.
-func (m *Machine[P]) Committed() int64 { return m.committed }
-
-// Snapshot is the partition's state for one flush to the tracker.
-type Snapshot struct {
-	version uint64
-	// Acked is the acked set itself, valid until the machine changes:
-	// encode it before driving the machine again.
-	Acked *offsets.Set
-	// Ranges are the key hashes the state is of, nil for all of them.
-	Ranges keyrange.Set
-	// Watermark is the lowest offset of this node's ranges not acked.
-	Watermark int64
-	Next      int64
-	Committed int64
-	Pending   int
-	InFlight  int
-	Keys      int
-	// Oldest is when the record at the watermark was dispatched, zero
-	// when it is not out.
-	Oldest time.Time
-}
-
-// Dirty reports whether the state changed since the last successful
-// flush and may be flushed (claimed, not fenced).
-func (m *Machine[P]) Dirty() bool {
-	return m.claimed && !m.fenced && m.version != m.flushedVersion
-}
-
-// Touch marks the state changed, so the next flush writes it whatever
-// happened (a final flush before a commit or a release).
-func (m *Machine[P]) Touch() { m.version++ }
-
-// Snapshot returns the state to flush.
-func (m *Machine[P]) Snapshot() Snapshot {
-	s := Snapshot{
-		version: m.version, Acked: &m.acked, Ranges: m.sharing.own(),
-		Watermark: m.watermark, Next: m.next, Committed: m.committed,
-		Pending: m.Pending(), InFlight: m.inflight, Keys: len(m.lanes),
-	}
-	if e := m.pending[m.watermark]; e != nil {
-		s.Oldest = e.Dispatched
-	}
-	return s
-}
-
-// Flushed records that s reached the tracker: its watermark may now be
-// committed.
-func (m *Machine[P]) Flushed(s Snapshot) { m.FlushedMerged(s, -1) }
-
-// FlushedMerged is Flushed with the partition's merged watermark the
-// tracker answered (-1 unknown): the lowest offset no owner of any range
-// has acked. A shared partition may commit only that; a whole one the
-// higher of it and its own.
-func (m *Machine[P]) FlushedMerged(s Snapshot, merged int64) {
-	if s.version > m.flushedVersion {
-		m.flushedVersion = s.version
-	}
-	c := max(s.Watermark, merged)
-	if s.Ranges != nil {
-		c = merged
-	}
-	if c > m.flushed {
-		m.flushed = c
-	}
-}
-
-// Behind reports whether a shared partition's merged watermark, as last
-// flushed, trails this node's own: other sharers have not caught up, so
-// flushing again (even with nothing new) learns when they do.
-func (m *Machine[P]) Behind() bool {
-	return m.Shared() && m.claimed && !m.fenced && m.flushed < m.watermark
-}
-
-// CommitCandidate returns the offset to commit to Kafka, if it is ahead of
-// the last commit. It is the watermark of the last successful flush, never
-// the live one: the Kafka commit is never ahead of the tracking state, so
-// a node fenced in the tracker cannot commit what it acked after losing
-// its claim.
-func (m *Machine[P]) CommitCandidate() (int64, bool) {
-	if m.fenced || m.flushed < 0 || m.flushed <= m.committed {
-		return 0, false
-	}
-	return m.flushed, true
 }

@@ -567,8 +567,8 @@ func (md *model) check() {
 					n++
 				}
 			}
-			if m.parks() && n > m.refillCap {
-				md.t.Fatalf("step %d: lane %q holds %d records in memory, cap %d", md.steps, l.key, n, m.refillCap)
+			if m.parks() && n > m.parking.refillCap {
+				md.t.Fatalf("step %d: lane %q holds %d records in memory, cap %d", md.steps, l.key, n, m.parking.refillCap)
 			}
 		}
 	} else if p := m.Pending(); p > int(md.cfg.MaxWindow) {

@@ -247,7 +247,7 @@ func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
 			s.foreign += r.end - r.start
 			m.unpark(r.end - r.start)
 		}
-		delete(m.parkedLanes, l)
+		delete(m.parking.lanes, l)
 		delete(m.lanes, key)
 	}
 	for off, e := range m.pending {

@@ -246,11 +246,10 @@ type Machine[P any] struct {
 	// extras are the injected records free to go, in the order they
 	// became so; they never go in a batch.
 	extras []*Entry[P]
-	// readySince is when the ready queue last stopped being empty: how
-	// long its records have waited for a batch (batching).
-	readySince time.Time
-	backlog    []Record[P]
-	inflight   int
+	// batch is the state of batch assembly.
+	batch    batching
+	backlog  []Record[P]
+	inflight int
 	// holdings is what the records hold of the budgets.
 	holdings holdings
 	// parking is what keys parked by offset.
@@ -701,7 +700,7 @@ func (m *Machine[P]) makeReady(e *Entry[P]) {
 		return
 	}
 	if m.ready.len() == 0 && m.cfg.Batch.MaxRecords > 0 {
-		m.readySince = m.cfg.Clock()
+		m.batch.since = m.cfg.Clock()
 	}
 	m.ready.push(e)
 }
@@ -798,60 +797,6 @@ func (m *Machine[P]) PeekExtra() *Entry[P] { return m.head(m.extras) }
 
 // DispatchExtra records that e, the entry PeekExtra returned, went out.
 func (m *Machine[P]) DispatchExtra(e *Entry[P]) error { return m.dispatchHead(&m.extras, e) }
-
-// Assemble takes a batch out of the ready records when one is due: enough
-// records are ready, or the oldest has waited Batch.MaxWait. Otherwise it
-// returns nil and how long until one is due (0: nothing is ready). A batch
-// holds lane heads oldest first, each followed by the
-// next records of its lane, in offset order, within the batch's limits.
-// The records count as dispatched only at DispatchBatch; until then they
-// are neither ready nor in flight.
-func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
-	if !m.dispatching() || m.ready.len() == 0 {
-		return nil, 0
-	}
-	b := m.cfg.Batch
-	if m.ready.len() < b.MaxRecords && b.MaxWait > 0 {
-		if left := b.MaxWait - m.cfg.Clock().Sub(m.readySince); left > 0 {
-			return nil, left
-		}
-	}
-	out := make([]*Entry[P], 0, min(b.MaxRecords, m.ready.len()))
-	size := 0
-	fits := func(e *Entry[P]) bool {
-		return len(out) < b.MaxRecords && (len(out) == 0 || b.MaxBytes <= 0 || size+e.size <= b.MaxBytes)
-	}
-	for m.ready.len() > 0 && fits(m.ready.peek()) {
-		head := m.ready.pop()
-		head.state = stateTaken
-		out = append(out, head)
-		size += head.size
-		if head.lane == nil {
-			continue
-		}
-		for _, f := range head.lane.q[1:] {
-			if f.extra || !fits(f) {
-				break
-			}
-			f.state = stateTaken
-			out = append(out, f)
-			size += f.size
-		}
-	}
-	// Records left ready have waited as long as the batch that just
-	// went: they go at the next call.
-	return out, 0
-}
-
-// DispatchBatch records that a batch from Assemble went out.
-func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
-	now := m.cfg.Clock()
-	for _, e := range batch {
-		e.Dispatched = now
-		e.state = stateOut
-	}
-	m.inflight += len(batch)
-}
 
 // Done reports the end of a dispatched record: acked (delivered or
 // dead-lettered) or not (aborted: shutdown or a lost partition; it stays

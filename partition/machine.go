@@ -243,9 +243,8 @@ type Machine[P any] struct {
 	pending    map[int64]*Entry[P]
 	lanes      map[string]*lane[P]
 	ready      readyQueue[P]
-	// extras are the injected records free to go, in the order they
-	// became so; they never go in a batch.
-	extras []*Entry[P]
+	// injected are the injected records free to go.
+	injected injected[P]
 	// batch is the state of batch assembly.
 	batch    batching
 	backlog  []Record[P]
@@ -696,7 +695,7 @@ func (m *Machine[P]) makeReady(e *Entry[P]) {
 	}
 	e.state = stateReady
 	if e.extra {
-		m.extras = append(m.extras, e)
+		m.injected.ready = append(m.injected.ready, e)
 		return
 	}
 	if m.ready.len() == 0 && m.cfg.Batch.MaxRecords > 0 {
@@ -727,24 +726,6 @@ func (m *Machine[P]) Dispatch(e *Entry[P]) error {
 	return m.dispatched(e)
 }
 
-// head is q's first entry when records may go out now, else nil.
-func (m *Machine[P]) head(q []*Entry[P]) *Entry[P] {
-	if !m.dispatching() || len(q) == 0 {
-		return nil
-	}
-	return q[0]
-}
-
-// dispatchHead takes e, q's first entry, out of q as dispatched.
-func (m *Machine[P]) dispatchHead(q *[]*Entry[P], e *Entry[P]) error {
-	if len(*q) == 0 || (*q)[0] != e {
-		return ErrNotReady
-	}
-	(*q)[0] = nil
-	*q = (*q)[1:]
-	return m.dispatched(e)
-}
-
 // dispatched marks e, just taken out of its queue, as gone to the
 // endpoint.
 func (m *Machine[P]) dispatched(e *Entry[P]) error {
@@ -763,40 +744,6 @@ func (m *Machine[P]) dispatched(e *Entry[P]) error {
 	}
 	return nil
 }
-
-// Inject queues a record that is not one of the partition's offsets (a
-// dead letter delivered again) on the lane of key, behind the key's
-// pending records, so that it goes out only once they are acked and the
-// key's later records wait for it. It is neither acked nor counted in the
-// window or the Budget: it leaves its lane at Done, acked or not. Without
-// a lane (ordering none, or no key under ordering key) it is free to go
-// at once. It goes out through PeekExtra and DispatchExtra, never in a
-// batch.
-func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
-	e := &Entry[P]{Offset: -1, Payload: payload, extra: true}
-	e.lane = m.laneOf(key)
-	if e.lane != nil && m.cfg.Ordering == OrderKey {
-		e.hash = m.hash(key, -1)
-	}
-	if e.lane == nil {
-		m.makeReady(e)
-		return e
-	}
-	if len(e.lane.parked) > 0 {
-		// Behind the key's parked records, and before its later ones.
-		e.lane.parked = append(e.lane.parked, parkRun[P]{extra: e})
-		return e
-	}
-	m.join(e.lane, e)
-	return e
-}
-
-// PeekExtra returns the next injected record to dispatch, nil when none
-// may go now.
-func (m *Machine[P]) PeekExtra() *Entry[P] { return m.head(m.extras) }
-
-// DispatchExtra records that e, the entry PeekExtra returned, went out.
-func (m *Machine[P]) DispatchExtra(e *Entry[P]) error { return m.dispatchHead(&m.extras, e) }
 
 // Done reports the end of a dispatched record: acked (delivered or
 // dead-lettered) or not (aborted: shutdown or a lost partition; it stays

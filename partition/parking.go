@@ -62,7 +62,7 @@ func (m *Machine[P]) parkArrival(l *lane[P]) bool {
 // starved reports a partition short of work: fewer than ReadyFloor
 // records ready to send.
 func (m *Machine[P]) starved() bool {
-	return m.ready.len()+len(m.extras) < m.cfg.ReadyFloor
+	return m.ready.len()+len(m.injected.ready) < m.cfg.ReadyFloor
 }
 
 // evictFor makes room when the partition is starved: keys holding more

@@ -142,7 +142,7 @@ func (m *Machine[P]) Freeze(keep keyrange.Set) {
 	if fr != nil {
 		m.ready.filter(m.staysReady)
 	}
-	m.extras = m.unfrozen(m.extras)
+	m.injected.ready = m.unfrozen(m.injected.ready)
 	// Heads a narrower freeze held back go again.
 	for _, e := range m.pending {
 		if e.lane == nil || e.lane.q[0] == e {

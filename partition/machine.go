@@ -629,6 +629,9 @@ func (m *Machine[P]) Expire(cutoff time.Time, max int) int {
 		}
 		n++
 		e.expiring.Store(true)
+		// It may leave its lane, after which share could not tell its
+		// key's hash: it is fixed now.
+		e.hash = m.entryHash(e)
 		if l := e.lane; l != nil && e.state == stateQueued && l.q[0] != e {
 			// Out of its lane, keeping the order of the others.
 			for i, f := range l.q {

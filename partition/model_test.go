@@ -33,7 +33,10 @@ import (
 //     writes holds true acks only;
 //   - injected records (not offsets of the partition) go out once, after
 //     their key's records that were pending when they were injected and
-//     before its later ones, and are never batched.
+//     before its later ones, and are never batched;
+//   - records found about to fall out of retention (Expire) are marked
+//     expiring and go out of their key's turn, parked ones taken back
+//     whatever room their key has; the others keep their order.
 
 // logRecord is one offset of the simulated partition log.
 type logRecord struct {
@@ -81,6 +84,8 @@ type model struct {
 	floors         []Floor
 	// injects are the records Inject queued, by payload (-1, -2, …).
 	injects map[int64]*injectRec
+	// expired counts the records delivered marked expiring.
+	expired int
 }
 
 // injectRec is one injected record as the model follows it.
@@ -262,6 +267,8 @@ func (md *model) step(op byte) {
 			md.shrink()
 		case 5:
 			md.inject()
+		case 6:
+			md.expire()
 		default:
 			md.flush()
 		}
@@ -271,7 +278,33 @@ func (md *model) step(op byte) {
 
 func (md *model) record(r logRecord) Record[int64] {
 	size := 1 + int(r.offset%7)
-	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: size, Bytes: int64(size), Payload: r.offset}
+	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: size, Bytes: int64(size), Time: md.recTime(r.offset), Payload: r.offset}
+}
+
+// recTime is the timestamp of the record at off: 50 ms apart, so that
+// parked runs (a second of timestamps at most) hold about twenty.
+func (md *model) recTime(off int64) time.Time {
+	return time.Unix(1_600_000_000, 0).Add(time.Duration(off) * 50 * time.Millisecond)
+}
+
+// expire finds the pending records older than one of the log's, as the
+// retention guard does, a few a call.
+func (md *model) expire() {
+	if md.fetchAt == 0 {
+		return
+	}
+	cutoff := md.recTime(md.log[md.rnd.IntN(md.fetchAt)].offset)
+	n := 1 + md.rnd.IntN(4)
+	if got := md.m.Expire(cutoff, n); got > n {
+		md.t.Fatalf("step %d: Expire found %d records, at most %d asked", md.steps, got, n)
+	}
+}
+
+// expiring reports whether the pending record at off is marked expiring:
+// out of its key's turn.
+func (md *model) expiring(off int64) bool {
+	e := md.m.pending[off]
+	return e != nil && e.Expiring()
 }
 
 func (md *model) fetch() {
@@ -372,12 +405,12 @@ func (md *model) sent(e *Entry[int64]) {
 	case e.Payload != off:
 		md.t.Fatalf("step %d: entry %d carries payload %d", md.steps, off, e.Payload)
 	}
-	if key, ok := md.laneOf(off); ok {
+	if key, ok := md.laneOf(off); ok && !e.Expiring() {
 		for _, o := range md.log {
 			if o.offset >= off {
 				break
 			}
-			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) || md.belowFloor(o) {
+			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) || md.belowFloor(o) || md.expiring(o.offset) {
 				continue
 			}
 			if k, ok := md.laneOf(o.offset); ok && k == key && md.delivered[o.offset] == 0 && !md.inBatchBefore(o.offset) {
@@ -429,7 +462,7 @@ func (md *model) sentExtra(e *Entry[int64]) {
 			if x.next < 0 || o.offset >= x.next {
 				break
 			}
-			if md.settled(o) || !md.mine(o, md.ranges) {
+			if md.settled(o) || !md.mine(o, md.ranges) || md.expiring(o.offset) {
 				continue
 			}
 			if k, ok := md.laneOf(o.offset); ok && k == x.laneKey {
@@ -556,6 +589,9 @@ func (md *model) complete(acked bool) {
 		}
 	} else if acked {
 		md.delivered[e.Offset]++
+		if e.Expiring() {
+			md.expired++
+		}
 	} else {
 		// Aborted: it stays pending and is never sent again by this owner.
 		delete(md.dispatched, e.Offset)
@@ -681,7 +717,14 @@ func (md *model) firstUnacked(ranges keyrange.Set) int64 {
 func (md *model) check() {
 	m := md.m
 	if m.residentWindow() {
-		if p := len(m.pending); p > int(md.cfg.MaxWindow) {
+		// An expiring record is taken back whatever room there is.
+		p := 0
+		for _, e := range m.pending {
+			if !e.Expiring() {
+				p++
+			}
+		}
+		if p > int(md.cfg.MaxWindow) {
 			md.t.Fatalf("step %d: %d records in memory, window %d", md.steps, p, md.cfg.MaxWindow)
 		}
 		for _, l := range m.lanes {
@@ -862,7 +905,7 @@ func TestMachineModel(t *testing.T) {
 	if testing.Short() {
 		cases = 300
 	}
-	steps, batches, unparked, evicted, injected := 0, 0, 0, int64(0), 0
+	steps, batches, unparked, evicted, injected, expired := 0, 0, 0, int64(0), 0, 0
 	rnd := rand.New(rand.NewPCG(42, 7))
 	for i := range cases {
 		data := make([]byte, 12+rnd.IntN(400))
@@ -878,12 +921,13 @@ func TestMachineModel(t *testing.T) {
 		for _, x := range md.injects {
 			injected += x.acks
 		}
+		expired += md.expired
 		if t.Failed() {
 			t.Fatalf("case %d failed", i)
 		}
 	}
-	t.Logf("state machine model: %d cases, %d steps, %d batches, %d records parked and taken back, %d of them parked from memory to make room, %d injected records delivered",
-		cases, steps, batches, unparked, evicted, injected)
+	t.Logf("state machine model: %d cases, %d steps, %d batches, %d records parked and taken back, %d of them parked from memory to make room, %d injected records delivered, %d records delivered out of turn as expiring",
+		cases, steps, batches, unparked, evicted, injected, expired)
 	if unparked == 0 {
 		t.Fatal("no record was parked and taken back: the cases do not exercise parking")
 	}
@@ -892,5 +936,8 @@ func TestMachineModel(t *testing.T) {
 	}
 	if injected == 0 {
 		t.Fatal("no injected record was delivered: the cases do not exercise Inject")
+	}
+	if expired == 0 {
+		t.Fatal("no expiring record was delivered: the cases do not exercise Expire")
 	}
 }

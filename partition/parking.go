@@ -244,7 +244,8 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 		}
 		e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: hold, lane: l,
 			Accepted: time.Unix(0, run.read), Time: r.Time}
-		if m.sharing != nil {
+		if m.sharing != nil || rescued {
+			// A rescued record has no lane to tell share its key.
 			e.hash = m.hash(r.Key, r.Offset)
 		}
 		if run.start++; run.start == run.end {

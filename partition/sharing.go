@@ -45,9 +45,12 @@ func (m *Machine[P]) share() {
 	}
 	m.sharing = &sharing{done: m.acked.Clone()}
 	// Records accepted while the partition was whole were not hashed:
-	// their lane's key (or offset) says it.
+	// their lane's key (or offset) says it. An expiring record without a
+	// lane may have left its key's: its hash was fixed then.
 	for _, e := range m.pending {
-		e.hash = m.entryHash(e)
+		if e.lane != nil || !e.Expiring() {
+			e.hash = m.entryHash(e)
+		}
 	}
 	for _, l := range m.lanes {
 		for _, e := range l.q {

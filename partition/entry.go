@@ -66,7 +66,7 @@ const (
 	// stateQueued: waiting on its lane behind its head, or a head (or
 	// lane-less record) held back because its range is frozen.
 	stateQueued state = iota
-	// stateReady: in the ready queue, or the extras queue when injected.
+	// stateReady: in the ready queue, or the injected ones' when injected.
 	stateReady
 	// stateTaken: in a batch Assemble returned, not dispatched yet. A
 	// record taken behind its lane's head is not made ready again when

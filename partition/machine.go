@@ -482,10 +482,7 @@ func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	if m.pending[e.Offset] != e {
 		return // not tracked (anymore): nothing to ack
 	}
-	m.acked.AddOffset(e.Offset)
-	if m.sharing != nil {
-		m.sharing.done.AddOffset(e.Offset)
-	}
+	m.ackOffset(e.Offset)
 	m.drop(e)
 	m.version++
 	if l := e.lane; l != nil {

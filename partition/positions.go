@@ -74,7 +74,8 @@ func (p *positions) floorsPassed() bool {
 	return true
 }
 
-// addAcked records true acks (gaps, markers, deliveries) in both sets.
+// addAcked records true acks (gaps, markers, deliveries) in the acked
+// set, and in the done set when the partition is shared.
 func (m *Machine[P]) addAcked(start, end int64) {
 	m.acked.Add(start, end)
 	if m.sharing != nil {
@@ -82,7 +83,16 @@ func (m *Machine[P]) addAcked(start, end int64) {
 	}
 }
 
-// settleWatermark recomputes the watermark from the acked set.
+// ackOffset is addAcked for the one offset of a delivery.
+func (m *Machine[P]) ackOffset(off int64) {
+	m.acked.AddOffset(off)
+	if m.sharing != nil {
+		m.sharing.done.AddOffset(off)
+	}
+}
+
+// settleWatermark recomputes the watermark from the acked set (the done
+// set, when the partition is shared).
 func (m *Machine[P]) settleWatermark() {
 	if m.floor < 0 {
 		m.watermark = -1

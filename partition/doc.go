@@ -28,4 +28,21 @@
 // acked offsets this node has not fetched yet. The commit only ever moves forward, and only to
 // flushed; flushed only to a watermark: the Kafka commit is never ahead of
 // the tracking state, nor the tracking state ahead of what was acked.
+//
+// The machine is made of parts, each with the fields it owns and the
+// rules that change them, in a file of its own:
+//
+//	machine.go    claiming, offering and accepting records (classify,
+//	              then place), the window, dispatch, acks
+//	entry.go      a record and its entry: one state, and what a
+//	              delivering goroutine may read
+//	positions.go  the offsets above, the acked set, floors; flush, commit
+//	holdings.go   what records hold of the two budgets: reserve, release
+//	parking.go    parking by offset: lane caps, runs, evict, reread,
+//	              unpark, what retention deleted
+//	sharing.go    key ranges: owns, freeze, drain, shrink; nil when whole
+//	expiry.go     records about to fall out of retention
+//	batch.go      batch assembly
+//	inject.go     records that are not offsets of the partition
+//	ready.go      the ready queue, oldest first
 package partition

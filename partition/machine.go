@@ -2,221 +2,11 @@ package partition
 
 import (
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking/offsets"
 )
-
-// Ordering says which records of a partition wait for each other.
-type Ordering int
-
-const (
-	// OrderKey delivers one record per key at a time, in offset order;
-	// records without a key wait for nothing.
-	OrderKey Ordering = iota
-	// OrderPartition delivers one record of the partition at a time.
-	OrderPartition
-	// OrderNone delivers every record at once.
-	OrderNone
-)
-
-// Batch configures batch assembly. MaxRecords 0 means no batching.
-type Batch struct {
-	// MaxRecords is the most records of one batch.
-	MaxRecords int
-	// MaxBytes bounds the summed record sizes of one batch; a batch always
-	// takes at least one record whatever its size. 0 means no bound.
-	MaxBytes int
-	// MaxWait is how long the oldest ready record waits for more to join
-	// it before a smaller batch goes. 0 sends at once.
-	MaxWait time.Duration
-}
-
-// Config tunes a Machine.
-type Config struct {
-	// Ordering is the subscription's ordering. Default OrderKey.
-	Ordering Ordering
-	// MaxWindow bounds the records between the watermark and the fetch
-	// position (with ParkAfter, under ordering key or none: the records
-	// held in memory): at MaxWindow the partition pauses (Paused reports
-	// true) and records offered beyond it wait in a backlog; below half
-	// of it, it resumes. Required.
-	MaxWindow int64
-	// Batch turns batching on when MaxRecords > 0.
-	Batch Batch
-	// Clock returns the time: when records are dispatched and how long a
-	// batch has waited. Default time.Now.
-	Clock func() time.Time
-	// Budget, when set, bounds the bytes that accepted records hold,
-	// shared with other partitions: a record is accepted only once its
-	// bytes are reserved, and released when it is acked or the machine is
-	// closed. Without room the partition pauses like a full window.
-	Budget Budget
-	// ParkAfter, when positive, lets keys park records by offset under
-	// ordering key, their values dropped, until Unpark takes them back
-	// from a fetch made again (Reread says from where). MaxWindow then
-	// bounds the records held in memory, not the distance from the
-	// watermark, so a stuck key no longer stops its partition. A key
-	// holds up to a tenth of the window in memory (at least four times
-	// ParkAfter) and parks what comes beyond. When the window is full and
-	// fewer than ReadyFloor records are ready to send, the partition is
-	// short of work that memory could hold: keys holding more than
-	// ParkAfter park the rest of their records in memory and what comes
-	// next, making room for the others. While enough are ready, a full
-	// window pauses the fetch instead: delivery is what limits, and
-	// parking would only read records twice. 0 holds every record in
-	// memory.
-	ParkAfter int
-	// ReadyFloor, with ParkAfter, is how many records ready to send keep
-	// a full window from parking (see ParkAfter). Default 1: park only
-	// when nothing is left to send.
-	ReadyFloor int
-	// ParkedBytes is what one parked record costs of the ParkBudget: its
-	// place among its key's parked offsets and the gap it leaves in the
-	// acked set. Default 64.
-	ParkedBytes int64
-	// Conflate, under ordering key, keeps only the newest record of a key
-	// waiting behind its record in flight: an older one waiting is
-	// superseded, acked without delivery and counted (Superseded). For
-	// state-like topics, where only a key's latest value matters.
-	Conflate bool
-	// ParkBudget, when set, bounds what parked records cost, shared with
-	// other partitions; without room a key parks nothing more and the
-	// partition pauses. It is apart from Budget so that parked records
-	// can never take the room their own return needs.
-	ParkBudget Budget
-}
-
-// Budget is a byte budget shared by the partitions of a node.
-type Budget interface {
-	// Reserve takes n bytes, false (taking nothing) when they do not fit.
-	Reserve(n int64) bool
-	// Release gives n bytes back.
-	Release(n int64)
-}
-
-// Validate reports the first field that is wrong, by name.
-func (c Config) Validate() error {
-	switch {
-	case c.Ordering < OrderKey || c.Ordering > OrderNone:
-		return fmt.Errorf("partition: Ordering %d is unknown", c.Ordering)
-	case c.MaxWindow <= 0:
-		return fmt.Errorf("partition: MaxWindow %d must be positive", c.MaxWindow)
-	case c.Batch.MaxRecords < 0:
-		return fmt.Errorf("partition: Batch.MaxRecords %d must not be negative", c.Batch.MaxRecords)
-	case c.Batch.MaxBytes < 0:
-		return fmt.Errorf("partition: Batch.MaxBytes %d must not be negative", c.Batch.MaxBytes)
-	case c.Batch.MaxWait < 0:
-		return fmt.Errorf("partition: Batch.MaxWait %v must not be negative", c.Batch.MaxWait)
-	case c.ParkAfter < 0:
-		return fmt.Errorf("partition: ParkAfter %d must not be negative", c.ParkAfter)
-	case c.ParkedBytes < 0:
-		return fmt.Errorf("partition: ParkedBytes %d must not be negative", c.ParkedBytes)
-	case c.ReadyFloor < 0:
-		return fmt.Errorf("partition: ReadyFloor %d must not be negative", c.ReadyFloor)
-	}
-	return nil
-}
-
-// Record is one fetched record as the machine sees it.
-type Record[P any] struct {
-	// Offset is the record's offset.
-	Offset int64
-	// Key is the record key; nil means no key.
-	Key []byte
-	// Control marks a transaction marker: never delivered, acked at once.
-	Control bool
-	// Size counts against Batch.MaxBytes (the value's length).
-	Size int
-	// Bytes is what the record holds in memory, counted against the
-	// Budget while it is pending.
-	Bytes int64
-	// Time is the record's timestamp.
-	Time time.Time
-	// Payload is the caller's record, handed back in the Entry.
-	Payload P
-}
-
-// Entry is a record the machine tracks until it is acked.
-type Entry[P any] struct {
-	// Offset is the record's offset.
-	Offset int64
-	// Payload is the caller's record.
-	Payload P
-	// Dispatched is when the record last went to the endpoint; zero
-	// until then.
-	Dispatched time.Time
-	// Accepted is when the machine took the record in (first, if it was
-	// parked).
-	Accepted time.Time
-	// Time is the record's timestamp.
-	Time time.Time
-
-	size  int
-	bytes int64
-	lane  *lane[P]
-	// taken: the record went out in a batch behind its lane's head, so it
-	// must not be made ready again when the head is acked.
-	taken bool
-	// extra: queued by Inject, outside the partition's offsets.
-	extra bool
-	// hash is the record's key hash (keyrange), set when the partition
-	// is shared: it decides which sharer delivers it.
-	hash uint16
-	// ready: in the ready or extras queue; out: dispatched, no result
-	// yet; aborted: its attempt was cut and it waits for the next owner.
-	ready, out, aborted bool
-	// expiring: the topic's retention is about to delete the record (see
-	// Expire). Read by the goroutine delivering it, hence atomic.
-	expiring atomic.Bool
-}
-
-// Expiring reports whether the record was found about to fall out of the
-// topic's retention while pending (see Expire): it goes out of its key's
-// turn, and its delivery should end at once (dead-lettered) where the
-// subscription allows.
-func (e *Entry[P]) Expiring() bool { return e.expiring.Load() }
-
-// Out reports whether the entry was dispatched and has no result yet.
-func (e *Entry[P]) Out() bool { return e.out }
-
-// Extra reports whether the entry was queued by Inject.
-func (e *Entry[P]) Extra() bool { return e.extra }
-
-// LaneKey returns the key of the entry's lane, false when it has none
-// (ordering none, or a record without a key under ordering key). Records
-// of one lane are delivered in offset order, one at a time.
-func (e *Entry[P]) LaneKey() (string, bool) {
-	if e.lane == nil {
-		return "", false
-	}
-	return e.lane.key, true
-}
-
-// lane is the FIFO of one key's pending records; only its head is out.
-type lane[P any] struct {
-	key string
-	q   []*Entry[P]
-	// parked follow q, in order: runs of offsets whose values were
-	// dropped, and records injected behind them.
-	parked []parkRun[P]
-	// rescue, when not 0, is a timestamp (unix ms): parked runs read
-	// before it are expiring, taken back out of turn whatever room the
-	// lane has.
-	rescue int64
-}
-
-// parkRun is a run of consecutive offsets of one lane that are parked, or
-// a record injected behind parked ones.
-type parkRun[P any] struct {
-	start, end int64 // [start, end)
-	// read is when the first was read, unix ns; ts its timestamp, unix ms.
-	read, ts int64
-	extra    *Entry[P]
-}
 
 // ErrNotReady is returned by Dispatch for an entry that is not the next
 // ready one.
@@ -227,63 +17,33 @@ var ErrNotReady = errors.New("partition: entry is not the next ready one")
 type Machine[P any] struct {
 	cfg Config
 
-	floor     int64 // every offset below is done; -1 unknown
-	next      int64 // fetch position; -1 before the first record
-	committed int64 // last Kafka commit known; -1 none
-	flushed   int64 // watermark of the last successful flush; -1 none
-	watermark int64 // lowest offset at or above floor not acked; -1 unknown
-
-	// acked holds true acks only: delivered or dead-lettered records,
-	// gaps and markers, and what previous owners acked. It is what the
-	// tracker stores, so other owners may take it as a fact.
-	acked offsets.Set
-	// done is what the watermark walks over: acked plus the offsets of
-	// records other sharers own. It is &acked until the partition is
-	// shared (see ranges).
-	done *offsets.Set
-	// ranges are the key hashes this node delivers, nil for all of them
-	// (empty, not nil, for none); frozen are those it is giving up
-	// (drained, not dispatched); floors are what the previous owners had
-	// delivered, per range.
-	ranges, frozen keyrange.Set
-	floors         []Floor
-	// foreign counts records read that another sharer owns; superseded
-	// those conflation acked without delivery.
-	foreign, superseded int64
-	pending             map[int64]*Entry[P]
-	lanes               map[string]*lane[P]
-	ready               readyQueue[P]
-	// extras are the injected records free to go, in the order they
-	// became so; they never go in a batch.
-	extras []*Entry[P]
-	// readySince is when the ready queue last stopped being empty: how
-	// long its records have waited for a batch (batching).
-	readySince time.Time
-	backlog    []Record[P]
-	inflight   int
-	// held is what pending records reserve of the Budget.
-	held int64
-	// parkedLanes are the lanes with parked records; parked counts those
-	// records, parkHeld what they reserve of the ParkBudget. A lane
-	// holding refillCap records in memory parks its later ones, and one
-	// holding more than laneCap when the window is full and nothing is
-	// ready parks its tail too; Unpark fills it up to refillCap, so that
-	// one fetch made again serves many of its records.
-	parkedLanes map[*lane[P]]struct{}
-	parked      int64
-	parkHeld    int64
-	// evicted counts records parked from memory (parkTail).
-	evicted            int64
-	laneCap, refillCap int
+	positions
+	// sharing is the state of a partition shared with other nodes, nil
+	// while this node delivers all of it.
+	sharing *sharing
+	// pending are the accepted records in memory not acked, by offset;
+	// lanes the keys' queues of them, by key; ready those free to go.
+	pending map[int64]*Entry[P]
+	lanes   map[string]*lane[P]
+	ready   readyQueue[P]
+	// backlog are records offered that wait for room; inflight counts
+	// the records dispatched without a result yet.
+	backlog  []Record[P]
+	inflight int
+	// superseded counts the records conflation acked without delivery.
+	superseded int64
+	// The parts, each in its own file, and the machine's goroutine owns
+	// them all: what the records hold of the budgets, what keys parked
+	// by offset, injected records free to go, batch assembly.
+	holdings holdings
+	parking  parking[P]
+	injected injected[P]
+	batch    batching
 
 	claimed bool
 	stopped bool // draining or fenced: nothing more is dispatched
 	fenced  bool
 	paused  bool
-
-	// version counts changes worth flushing; flushedVersion is the one
-	// the last successful flush wrote.
-	version, flushedVersion uint64
 }
 
 // New returns the machine of a partition that is not yet claimed: it
@@ -302,49 +62,22 @@ func New[P any](cfg Config) (*Machine[P], error) {
 		cfg.ReadyFloor = 1
 	}
 	m := &Machine[P]{
-		cfg:   cfg,
-		floor: -1, next: -1, committed: -1, flushed: -1, watermark: -1,
-		pending:     make(map[int64]*Entry[P]),
-		lanes:       make(map[string]*lane[P]),
-		parkedLanes: make(map[*lane[P]]struct{}),
-		paused:      true,
-		// A batch may take a lane's records up to its size.
-		laneCap: max(cfg.ParkAfter, cfg.Batch.MaxRecords),
+		cfg:       cfg,
+		positions: positions{floor: -1, next: -1, committed: -1, flushed: -1, watermark: -1},
+		pending:   make(map[int64]*Entry[P]),
+		lanes:     make(map[string]*lane[P]),
+		paused:    true,
+		holdings:  holdings{budget: cfg.Budget, parkBudget: cfg.ParkBudget, parkedBytes: cfg.ParkedBytes},
+		parking:   newParking[P](cfg),
 	}
-	// A key taking parked records back takes many at once (one fetch made
-	// again serves them), within a tenth of the window.
-	m.refillCap = max(4*m.laneCap, int(cfg.MaxWindow/10))
-	m.done = &m.acked
 	return m, nil
-}
-
-// SetCommitted records a Kafka commit: the group's committed offset at
-// assignment, or a commit this node made. Offsets below it are done. A
-// commit never moves back, so a lower offset changes nothing.
-func (m *Machine[P]) SetCommitted(o int64) {
-	if o < 0 || o <= m.committed {
-		return
-	}
-	m.committed = o
-	if o > m.floor {
-		m.floor = o
-	}
-	m.settle()
 }
 
 // Claim makes the partition this node's, with the offsets previous owners
 // acked: they are skipped when fetched. Claiming again (after the tracker
 // lost its state, or to win back a zombie's claim) adds what it returns.
 // The node keeps the ranges it had (all of them at first).
-func (m *Machine[P]) Claim(acked *offsets.Set) { m.ClaimRanges(acked, m.ranges, nil) }
-
-// Floor says that every record whose key hash is in Range and whose
-// offset is below Below was delivered: what a previous owner of the
-// range had finished.
-type Floor struct {
-	Range keyrange.Range
-	Below int64
-}
+func (m *Machine[P]) Claim(acked *offsets.Set) { m.ClaimRanges(acked, m.sharing.own(), nil) }
 
 // ClaimRanges is Claim for the records whose key hash is in ranges (nil
 // or keyrange.Full: all of them), the partition being shared with other
@@ -358,256 +91,19 @@ func (m *Machine[P]) ClaimRanges(acked *offsets.Set, ranges keyrange.Set, floors
 	if ranges != nil {
 		m.share()
 	}
-	m.ranges = ranges
+	if m.sharing != nil {
+		m.sharing.ranges = ranges
+	}
 	m.floors = floors
 	if acked != nil {
 		m.acked.Union(acked)
-		if m.done != &m.acked {
-			m.done.Union(acked)
+		if m.sharing != nil {
+			m.sharing.done.Union(acked)
 		}
 	}
 	m.claimed = true
 	m.version++
 	m.fill()
-}
-
-// share separates the done set from the acked one: from now on records
-// of other sharers count as done, never as acked.
-func (m *Machine[P]) share() {
-	if m.done != &m.acked {
-		return
-	}
-	m.done = m.acked.Clone()
-	// Records accepted while the partition was whole were not hashed:
-	// their lane's key (or offset) says it.
-	for _, e := range m.pending {
-		e.hash = m.entryHash(e)
-	}
-	for _, l := range m.lanes {
-		for _, e := range l.q {
-			e.hash = m.entryHash(e)
-		}
-	}
-}
-
-// entryHash is hash for an accepted record or an injected one.
-func (m *Machine[P]) entryHash(e *Entry[P]) uint16 {
-	if e.lane != nil {
-		return m.hash([]byte(e.lane.key), e.Offset)
-	}
-	return m.hash(nil, e.Offset)
-}
-
-// Ranges returns the key hashes this node delivers.
-func (m *Machine[P]) Ranges() keyrange.Set {
-	if m.ranges == nil {
-		return keyrange.Full()
-	}
-	return m.ranges
-}
-
-// Shared reports whether the node delivers part of the key hashes only.
-func (m *Machine[P]) Shared() bool { return m.ranges != nil }
-
-// Foreign returns how many records were read that other sharers own.
-func (m *Machine[P]) Foreign() int64 { return m.foreign }
-
-// hash is the key hash that decides a record's sharer: its key's, or its
-// offset's without a key or without ordering.
-func (m *Machine[P]) hash(key []byte, off int64) uint16 {
-	if m.cfg.Ordering == OrderNone {
-		return keyrange.OfOffset(off)
-	}
-	return keyrange.Of(key, off)
-}
-
-// Owns reports whether the record of key at offset is this node's to
-// deliver.
-func (m *Machine[P]) Owns(key []byte, off int64) bool {
-	return m.ranges == nil || m.ranges.Contains(m.hash(key, off))
-}
-
-// belowFloor reports whether a previous owner of h's range delivered
-// the record at off. Floors are dropped once the fetch passed them all.
-func (m *Machine[P]) belowFloor(h uint16, off int64) bool {
-	for _, f := range m.floors {
-		if f.Range.Contains(h) {
-			return off < f.Below
-		}
-	}
-	return false
-}
-
-// isFrozen reports whether e belongs to a range being given up.
-func (m *Machine[P]) isFrozen(e *Entry[P]) bool {
-	return m.frozen != nil && (e.lane != nil || !e.extra) && m.frozen.Contains(e.hash)
-}
-
-// addAcked records true acks (gaps, markers, deliveries) in both sets.
-func (m *Machine[P]) addAcked(start, end int64) {
-	m.acked.Add(start, end)
-	if m.done != &m.acked {
-		m.done.Add(start, end)
-	}
-}
-
-// Freeze starts giving up the ranges outside keep: their records are no
-// longer dispatched (those in flight finish), and new ones wait. Draining
-// says when none is in flight; Shrink then lets them go. Freezing again
-// with a wider keep (still within the node's ranges) takes back what is
-// kept.
-func (m *Machine[P]) Freeze(keep keyrange.Set) {
-	cur := m.Ranges()
-	fr := cur.Minus(keep.Intersect(cur))
-	if fr.IsEmpty() {
-		fr = nil
-	}
-	if fr != nil {
-		m.share()
-	}
-	m.frozen = fr
-	if m.frozen != nil {
-		m.ready.filter(m.staysReady)
-	}
-	m.extras = m.unfrozen(m.extras)
-	// Heads a narrower freeze held back go again.
-	for _, e := range m.pending {
-		if e.lane == nil || e.lane.q[0] == e {
-			m.readyAgain(e)
-		}
-	}
-	for _, l := range m.lanes {
-		if len(l.q) > 0 && l.q[0].extra {
-			m.readyAgain(l.q[0])
-		}
-	}
-}
-
-// staysReady reports whether e, queued as ready, stays so: a frozen one
-// leaves its queue, no longer ready.
-func (m *Machine[P]) staysReady(e *Entry[P]) bool {
-	if m.isFrozen(e) {
-		e.ready = false
-		return false
-	}
-	return true
-}
-
-// unfrozen filters frozen entries out of a ready queue.
-func (m *Machine[P]) unfrozen(q []*Entry[P]) []*Entry[P] {
-	if m.frozen == nil {
-		return q
-	}
-	out := q[:0]
-	for _, e := range q {
-		if m.staysReady(e) {
-			out = append(out, e)
-		}
-	}
-	clear(q[len(out):])
-	return out
-}
-
-// readyAgain readies a lane head (or lane-less record) that waits for
-// nothing but is not queued.
-func (m *Machine[P]) readyAgain(e *Entry[P]) {
-	if !e.ready && !e.out && !e.taken && !e.aborted && !m.isFrozen(e) {
-		m.makeReady(e)
-	}
-}
-
-// Draining returns how many records of the frozen ranges are in flight.
-func (m *Machine[P]) Draining() int {
-	if m.frozen == nil {
-		return 0
-	}
-	n := 0
-	for _, e := range m.pending {
-		if e.out && m.isFrozen(e) {
-			n++
-		}
-	}
-	for _, l := range m.lanes {
-		for _, e := range l.q {
-			if e.extra && e.out && m.isFrozen(e) {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// ErrDraining is returned by Shrink while records of the frozen ranges are
-// in flight.
-var ErrDraining = errors.New("partition: records of the ranges given up are in flight")
-
-// Shrink lets the frozen ranges go once none of their records is in
-// flight: their pending records count as done here (the next owner
-// delivers them; the tracker holds them as not acked), and the node's
-// ranges become what Freeze kept. It returns the injected records it
-// dropped, which their caller still holds.
-func (m *Machine[P]) Shrink() ([]*Entry[P], error) {
-	if m.frozen == nil {
-		return nil, nil
-	}
-	if m.Draining() > 0 {
-		return nil, ErrDraining
-	}
-	var dropped []*Entry[P]
-	for key, l := range m.lanes {
-		if !m.laneFrozen(l) {
-			continue
-		}
-		for _, e := range l.q {
-			if e.extra {
-				dropped = append(dropped, e)
-			}
-		}
-		// Parked records are the next owner's like pending ones.
-		for _, r := range l.parked {
-			if r.extra != nil {
-				dropped = append(dropped, r.extra)
-				continue
-			}
-			m.done.Add(r.start, r.end)
-			m.foreign += r.end - r.start
-			m.unpark(r.end - r.start)
-		}
-		delete(m.parkedLanes, l)
-		delete(m.lanes, key)
-	}
-	for off, e := range m.pending {
-		if !m.isFrozen(e) {
-			continue
-		}
-		delete(m.pending, off)
-		m.done.AddOffset(off)
-		m.foreign++
-		if e.bytes > 0 {
-			m.held -= e.bytes
-			m.cfg.Budget.Release(e.bytes)
-		}
-	}
-	m.ranges = m.Ranges().Minus(m.frozen)
-	if m.ranges == nil {
-		m.ranges = keyrange.Set{} // none, which nil would not say
-	}
-	m.frozen = nil
-	m.version++
-	m.settleWatermark()
-	m.fill()
-	return dropped, nil
-}
-
-// laneFrozen reports whether l's key belongs to a range being given up.
-func (m *Machine[P]) laneFrozen(l *lane[P]) bool {
-	if m.frozen == nil {
-		return false
-	}
-	if len(l.q) > 0 {
-		return m.isFrozen(l.q[0])
-	}
-	return m.frozen.Contains(m.hash([]byte(l.key), -1))
 }
 
 // Claimed reports whether Claim was called.
@@ -657,29 +153,17 @@ func (m *Machine[P]) Refill() {
 // Close gives back every byte pending records hold of the Budget. The
 // machine accepts nothing more afterwards.
 func (m *Machine[P]) Close() {
-	if m.cfg.Budget != nil && m.held > 0 {
-		m.cfg.Budget.Release(m.held)
-	}
-	if m.cfg.ParkBudget != nil && m.parkHeld > 0 {
-		m.cfg.ParkBudget.Release(m.parkHeld)
-	}
-	m.held, m.parkHeld = 0, 0
+	m.holdings.releaseAll()
 	m.claimed = false
 	m.backlog = nil
 	m.settle()
 }
 
 // Held returns the bytes pending records hold of the Budget.
-func (m *Machine[P]) Held() int64 { return m.held }
+func (m *Machine[P]) Held() int64 { return m.holdings.held }
 
 // ParkHeld returns the bytes parked records hold of the ParkBudget.
-func (m *Machine[P]) ParkHeld() int64 { return m.parkHeld }
-
-// parks reports whether keys park records beyond ParkAfter. A key that
-// conflates holds two records at most: it never parks.
-func (m *Machine[P]) parks() bool {
-	return m.cfg.ParkAfter > 0 && m.cfg.Ordering == OrderKey && !m.cfg.Conflate
-}
+func (m *Machine[P]) ParkHeld() int64 { return m.holdings.parkHeld }
 
 // residentWindow reports whether MaxWindow bounds the records held in
 // memory rather than the distance from the watermark: when keys park, or
@@ -706,7 +190,7 @@ func (m *Machine[P]) full() bool {
 // queued on its lane. Offsets the fetch stepped over (transaction markers,
 // compaction, aborted data) are not records and count as acked, so they
 // never stall the watermark. It returns false, having placed nothing, when
-// the Budget has no room for the record.
+// the window or the Budget has no room for the record.
 func (m *Machine[P]) accept(r Record[P]) bool {
 	off := r.Offset
 	if m.floor < 0 {
@@ -720,58 +204,12 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	if off < m.next || off < m.floor {
 		return true // a refetch of something already placed or committed
 	}
-	var h uint16
-	foreign, preacked := false, false
-	if !r.Control {
-		if m.done != &m.acked || m.floors != nil {
-			h = m.hash(r.Key, off)
-		}
-		foreign = m.ranges != nil && !m.ranges.Contains(h)
-		preacked = !foreign && (m.acked.Contains(off) || m.belowFloor(h, off))
-	}
-	// Only a record that will be pending holds memory. A key with parked
-	// records, or holding its refill cap in memory, parks it; so does one
-	// holding more than ParkAfter when the window is full and the
-	// partition short of work (starved). Otherwise a full window or
-	// Budget pauses the fetch, since a node that is merely behind would
-	// park records of every key and read them all again; when starved,
-	// the longest keys first park their tails to make room.
-	hold := int64(0)
+	p, h := m.classify(r)
 	var l *lane[P]
-	park := false
-	if !r.Control && !foreign && !preacked {
-		if m.parks() && r.Key != nil {
-			l = m.lanes[string(r.Key)]
-		}
-		park = m.parkArrival(l)
-		// Room made by parking may have parked the key's own tail: then
-		// the record parks behind it.
-		if !park && m.residentWindow() && m.full() {
-			if !m.evictFor(0) {
-				return false
-			}
-			if park = m.parkArrival(l); !park && m.full() {
-				return false
-			}
-		}
-		if !park && m.cfg.Budget != nil && r.Bytes > 0 {
-			if !m.cfg.Budget.Reserve(r.Bytes) {
-				if !m.evictFor(r.Bytes) {
-					return false
-				}
-				if park = m.parkArrival(l); !park && !m.cfg.Budget.Reserve(r.Bytes) {
-					return false
-				}
-			}
-			if !park {
-				hold = r.Bytes
-			}
-		}
-		if park && m.cfg.ParkBudget != nil {
-			if !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
-				return false
-			}
-			hold = m.cfg.ParkedBytes
+	held := int64(0)
+	if p == placePending {
+		if p, l, held = m.room(r); p == placeWait {
+			return false
 		}
 	}
 	if off > m.next {
@@ -779,51 +217,148 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	}
 	m.next = off + 1
 	m.version++
-	// The watermark can only have moved if the gap started at it.
-	switch {
-	case r.Control || preacked:
-		// A marker, or a record a previous owner delivered.
+	switch p {
+	case placeAcked:
 		m.addAcked(off, off+1)
-		m.settleWatermark()
-		return true
-	case foreign:
-		// Another sharer's: done here, never acked.
-		m.done.AddOffset(off)
-		m.foreign++
-		m.settleWatermark()
-		return true
-	case park:
+	case placeForeign:
+		// Done here, never acked.
+		m.sharing.done.AddOffset(off)
+		m.sharing.foreign++
+	case placeParked:
 		m.park(l, off, r.Time)
-		m.parkHeld += hold
-		m.settleWatermark()
-		return true
 	}
-	e := &Entry[P]{Offset: off, Payload: r.Payload, size: r.Size, bytes: hold, hash: h, Accepted: m.cfg.Clock(), Time: r.Time}
-	m.held += hold
-	m.pending[off] = e
-	switch {
-	case m.cfg.Ordering == OrderNone:
-	case m.cfg.Ordering == OrderPartition:
-		e.lane = m.lane("")
-	case r.Key != nil:
-		// Looked up before it is made: the lookup does not copy the key.
-		if e.lane = m.lanes[string(r.Key)]; e.lane == nil {
-			e.lane = m.lane(string(r.Key))
-		}
-	}
+	// The watermark can only have moved if the gap started at it.
 	m.settleWatermark()
-	if e.lane == nil {
-		m.makeReady(e)
-		return true
-	}
-	if m.cfg.Conflate && m.cfg.Ordering == OrderKey && e.lane != nil {
-		m.supersede(e.lane)
-	}
-	e.lane.q = append(e.lane.q, e)
-	if len(e.lane.q) == 1 {
-		m.makeReady(e)
+	if p == placePending {
+		m.hold(r, h, held)
 	}
 	return true
+}
+
+// place is where accept puts a record.
+type place uint8
+
+const (
+	// placePending: pending in memory, on its lane.
+	placePending place = iota
+	// placeAcked: a transaction marker, or a record a previous owner
+	// delivered (acked it, or finished its range below a floor).
+	placeAcked
+	// placeForeign: another sharer's record.
+	placeForeign
+	// placeParked: parked by offset, its value dropped.
+	placeParked
+	// placeWait: no room in the window or a budget; it waits in the
+	// backlog.
+	placeWait
+)
+
+// classify says where r goes, room permitting, and its key hash (set
+// when the partition is shared or has floors).
+func (m *Machine[P]) classify(r Record[P]) (place, uint16) {
+	if r.Control {
+		return placeAcked, 0
+	}
+	var h uint16
+	if m.sharing != nil || m.floors != nil {
+		h = m.hash(r.Key, r.Offset)
+	}
+	switch {
+	case m.sharing != nil && !m.sharing.owns(h):
+		return placeForeign, h
+	case m.acked.Contains(r.Offset) || m.belowFloor(h, r.Offset):
+		return placeAcked, h
+	}
+	return placePending, h
+}
+
+// room finds room for r, a record to be pending: in memory (placePending,
+// with the bytes it reserved of the Budget), or parked (placeParked, its
+// cost reserved of the ParkBudget) on its lane, returned; placeWait, having
+// reserved nothing, when there is none. Only a record that will be
+// pending holds memory. A key with parked records, or holding its refill
+// cap in memory, parks it; so does one holding more than ParkAfter when
+// the window is full and the partition short of work (starved).
+// Otherwise a full window or Budget waits, since a node that is merely
+// behind would park records of every key and read them all again; when
+// starved, the longest keys first park their tails to make room.
+func (m *Machine[P]) room(r Record[P]) (place, *lane[P], int64) {
+	var l *lane[P]
+	if m.parks() && r.Key != nil {
+		l = m.lanes[string(r.Key)]
+	}
+	park := m.parkArrival(l)
+	// Room made by parking may have parked the key's own tail: then the
+	// record parks behind it.
+	if !park && m.residentWindow() && m.full() {
+		if !m.evictFor(0) {
+			return placeWait, nil, 0
+		}
+		if park = m.parkArrival(l); !park && m.full() {
+			return placeWait, nil, 0
+		}
+	}
+	if !park {
+		if held, ok := m.holdings.reserve(r.Bytes); ok {
+			return placePending, nil, held
+		}
+		if !m.evictFor(r.Bytes) {
+			return placeWait, nil, 0
+		}
+		if park = m.parkArrival(l); !park {
+			held, ok := m.holdings.reserve(r.Bytes)
+			if !ok {
+				return placeWait, nil, 0
+			}
+			return placePending, nil, held
+		}
+	}
+	if !m.holdings.reservePark() {
+		return placeWait, nil, 0
+	}
+	return placeParked, l, 0
+}
+
+// hold makes r, of key hash h, a pending record holding held bytes of the
+// Budget, on its lane.
+func (m *Machine[P]) hold(r Record[P], h uint16, held int64) {
+	e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: held, hash: h, Accepted: m.cfg.Clock(), Time: r.Time}
+	m.pending[e.Offset] = e
+	if e.lane = m.laneOf(r.Key); e.lane == nil {
+		m.makeReady(e)
+		return
+	}
+	if m.cfg.Conflate && m.cfg.Ordering == OrderKey {
+		m.supersede(e.lane)
+	}
+	m.join(e.lane, e)
+}
+
+// laneOf returns the lane of a record of key, made when it has none yet;
+// nil when the record waits for nothing (ordering none, or no key under
+// ordering key).
+func (m *Machine[P]) laneOf(key []byte) *lane[P] {
+	switch {
+	case m.cfg.Ordering == OrderNone:
+		return nil
+	case m.cfg.Ordering == OrderPartition:
+		return m.lane("")
+	case key == nil:
+		return nil
+	}
+	// Looked up before it is made: the lookup does not copy the key.
+	if l := m.lanes[string(key)]; l != nil {
+		return l
+	}
+	return m.lane(string(key))
+}
+
+// join appends e to l's queue: ready at once as its head.
+func (m *Machine[P]) join(l *lane[P], e *Entry[P]) {
+	l.q = append(l.q, e)
+	if len(l.q) == 1 {
+		m.makeReady(e)
+	}
 }
 
 // supersede acks, without delivering it, the record of l waiting behind
@@ -835,17 +370,13 @@ func (m *Machine[P]) supersede(l *lane[P]) {
 		return
 	}
 	old := l.q[n-1]
-	if old.out || old.taken || old.extra || old.ready {
+	if old.state != stateQueued || old.extra {
 		return
 	}
 	l.q[n-1] = nil
 	l.q = l.q[:n-1]
 	m.addAcked(old.Offset, old.Offset+1)
-	delete(m.pending, old.Offset)
-	if old.bytes > 0 {
-		m.held -= old.bytes
-		m.cfg.Budget.Release(old.bytes)
-	}
+	m.drop(old)
 	m.superseded++
 	m.version++
 }
@@ -853,414 +384,13 @@ func (m *Machine[P]) supersede(l *lane[P]) {
 // Superseded returns how many records conflation acked without delivery.
 func (m *Machine[P]) Superseded() int64 { return m.superseded }
 
-// park appends off to l's parked records: its value is dropped, and
-// Unpark takes it back when l has room.
-func (m *Machine[P]) park(l *lane[P], off int64, ts time.Time) {
-	n := len(l.parked)
-	// A run carries its first record's timestamp for the retention guard:
-	// it takes in only records within a second of it.
-	var last *parkRun[P]
-	if n > 0 {
-		last = &l.parked[n-1]
-	}
-	if last != nil && last.extra == nil && last.end == off && absMS(ts.UnixMilli()-last.ts) < 1000 {
-		last.end++
-		last.ts = min(last.ts, ts.UnixMilli())
-	} else {
-		l.parked = append(l.parked, parkRun[P]{start: off, end: off + 1, read: m.cfg.Clock().UnixNano(), ts: ts.UnixMilli()})
-	}
-	m.parkedLanes[l] = struct{}{}
-	m.parked++
-}
-
-// parkArrival reports whether a record arriving for lane l (nil: a key
-// without one yet) parks: behind the key's parked records, beyond its
-// refill cap, or beyond ParkAfter when the window is full and the
-// partition starved.
-func (m *Machine[P]) parkArrival(l *lane[P]) bool {
-	return l != nil && m.parks() && (len(l.parked) > 0 || len(l.q) >= m.refillCap ||
-		len(l.q) >= m.laneCap && m.residentWindow() && m.full() && m.starved())
-}
-
-// starved reports a partition short of work: fewer than ReadyFloor
-// records ready to send.
-func (m *Machine[P]) starved() bool {
-	return m.ready.len()+len(m.extras) < m.cfg.ReadyFloor
-}
-
-// evictFor makes room when the partition is starved: keys holding more
-// than ParkAfter records in memory park the last of them (the records
-// stay pending, their values dropped), a tenth of the window and
-// needBytes of the Budget at least, so the next arrivals find room too.
-// It reports whether any record was parked.
-func (m *Machine[P]) evictFor(needBytes int64) bool {
-	if !m.parks() || !m.starved() || m.stopped {
-		return false
-	}
-	target, n := max(m.cfg.MaxWindow/10, 1), int64(0)
-	freed := int64(0)
-	for _, l := range m.lanes {
-		if len(l.q) <= m.laneCap {
-			continue
-		}
-		k, b := m.parkTail(l)
-		n += int64(k)
-		freed += b
-		if n >= target && freed >= needBytes {
-			break
-		}
-	}
-	return n > 0
-}
-
-// parkTail parks the records l holds in memory beyond laneCap, from its
-// tail, before its parked ones: they come after every record it keeps in
-// memory and before any it parked already, so its order holds. It stops
-// at a record out, taken, injected or ready, and when the ParkBudget is
-// used up. It returns the records parked and the Budget bytes freed.
-func (m *Machine[P]) parkTail(l *lane[P]) (n int, freed int64) {
-	cut := len(l.q)
-	for cut > m.laneCap {
-		e := l.q[cut-1]
-		if e.out || e.taken || e.extra || e.ready {
-			break
-		}
-		if m.cfg.ParkBudget != nil && !m.cfg.ParkBudget.Reserve(m.cfg.ParkedBytes) {
-			break
-		}
-		cut--
-	}
-	if cut == len(l.q) {
-		return 0, 0
-	}
-	now := m.cfg.Clock().UnixNano()
-	runs := make([]parkRun[P], 0, len(l.q)-cut)
-	for _, e := range l.q[cut:] {
-		ts := e.Time.UnixMilli()
-		if k := len(runs); k > 0 && runs[k-1].end == e.Offset && absMS(ts-runs[k-1].ts) < 1000 {
-			runs[k-1].end++
-			runs[k-1].ts = min(runs[k-1].ts, ts)
-		} else {
-			runs = append(runs, parkRun[P]{start: e.Offset, end: e.Offset + 1, read: now, ts: ts})
-		}
-		delete(m.pending, e.Offset)
-		if e.bytes > 0 {
-			m.held -= e.bytes
-			m.cfg.Budget.Release(e.bytes)
-			freed += e.bytes
-		}
-		if m.cfg.ParkBudget != nil {
-			m.parkHeld += m.cfg.ParkedBytes
-		}
-		n++
-	}
-	clear(l.q[cut:])
-	l.q = l.q[:cut]
-	l.parked = append(runs, l.parked...)
-	m.parkedLanes[l] = struct{}{}
-	m.parked += int64(n)
-	m.evicted += int64(n)
-	m.version++
-	return n, freed
-}
-
-// Evicted returns how many records were parked from memory to make room
-// for other keys (see ParkAfter); they count in Parked too.
-func (m *Machine[P]) Evicted() int64 { return m.evicted }
-
-// absMS is |d|.
-func absMS(d int64) int64 {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
-
-// unpark counts n parked records gone: taken back, or let go.
-func (m *Machine[P]) unpark(n int64) {
-	m.parked -= n
-	if m.cfg.ParkBudget != nil {
-		b := min(n*m.cfg.ParkedBytes, m.parkHeld)
-		m.parkHeld -= b
-		m.cfg.ParkBudget.Release(b)
-	}
-}
-
-// Reread returns the offset from which a fetch made again would find the
-// parked records that keys have room for now (at most half their cap in
-// memory), -1 when none has. Unpark takes them.
-func (m *Machine[P]) Reread() int64 {
-	if m.parked == 0 || !m.claimed || m.stopped || m.full() {
-		return -1
-	}
-	low := int64(-1)
-	for l := range m.parkedLanes {
-		if (len(l.q) > m.laneCap/2 && l.rescue == 0) || l.parked[0].extra != nil || m.laneFrozen(l) {
-			continue
-		}
-		if s := l.parked[0].start; low < 0 || s < low {
-			low = s
-		}
-	}
-	return low
-}
-
-// RereadAfter returns the lowest next parked offset at or after pos of
-// the keys with any room left (fewer than their refill cap in memory),
-// -1 when none: a fetch made again that reached pos goes on while it
-// finds some, and ends when not.
-func (m *Machine[P]) RereadAfter(pos int64) int64 {
-	if m.parked == 0 || !m.claimed || m.stopped || m.full() {
-		return -1
-	}
-	low := int64(-1)
-	for l := range m.parkedLanes {
-		if (len(l.q) >= m.refillCap && l.rescue == 0) || l.parked[0].extra != nil || m.laneFrozen(l) {
-			continue
-		}
-		if s := l.parked[0].start; s >= pos && (low < 0 || s < low) {
-			low = s
-		}
-	}
-	return low
-}
-
-// Unpark takes back parked records fetched again, in offset order. A
-// record is taken when it is the next parked one of its key and the key
-// has room: fewer than a tenth of the window (at least four times
-// ParkAfter) in memory, its bytes in the Budget, and the window not full.
-// Any other record is ignored (not parked, taken already, or its key
-// still full), so the fetch may start anywhere and repeat itself. It
-// returns how many it took.
-func (m *Machine[P]) Unpark(recs []Record[P]) int {
-	took := 0
-	for i := range recs {
-		if m.parked == 0 {
-			break
-		}
-		r := &recs[i]
-		if r.Control || r.Key == nil {
-			continue
-		}
-		l := m.lanes[string(r.Key)]
-		if l == nil || len(l.parked) == 0 {
-			continue
-		}
-		run := &l.parked[0]
-		if run.extra != nil || run.start != r.Offset || m.laneFrozen(l) {
-			continue
-		}
-		// An expiring record is taken whatever room its key has.
-		rescued := l.rescue != 0 && run.ts < l.rescue
-		if !rescued && (len(l.q) >= m.refillCap || m.full()) {
-			continue
-		}
-		hold := int64(0)
-		if m.cfg.Budget != nil && r.Bytes > 0 {
-			if !m.cfg.Budget.Reserve(r.Bytes) {
-				break
-			}
-			hold = r.Bytes
-		}
-		e := &Entry[P]{Offset: r.Offset, Payload: r.Payload, size: r.Size, bytes: hold, lane: l,
-			Accepted: time.Unix(0, run.read), Time: r.Time}
-		if m.done != &m.acked {
-			e.hash = m.hash(r.Key, r.Offset)
-		}
-		if run.start++; run.start == run.end {
-			l.parked[0] = parkRun[P]{}
-			l.parked = l.parked[1:]
-		}
-		m.unpark(1)
-		m.held += hold
-		m.pending[e.Offset] = e
-		if rescued {
-			// Out of its key's turn: it waits for nothing.
-			e.lane = nil
-			e.expiring.Store(true)
-			m.makeReady(e)
-		} else {
-			l.q = append(l.q, e)
-			if len(l.q) == 1 {
-				m.makeReady(e)
-			}
-		}
-		m.promote(l)
-		if len(l.parked) == 0 || l.parked[0].extra != nil || l.parked[0].ts >= l.rescue {
-			l.rescue = 0
-		}
-		if len(l.q) == 0 && len(l.parked) == 0 {
-			delete(m.lanes, l.key)
-		}
-		took++
-	}
-	if took > 0 {
-		m.version++
-		m.settle()
-	}
-	return took
-}
-
-// promote moves records injected behind parked ones into l's queue once
-// no parked offset is before them.
-func (m *Machine[P]) promote(l *lane[P]) {
-	for len(l.parked) > 0 && l.parked[0].extra != nil {
-		e := l.parked[0].extra
-		l.parked[0] = parkRun[P]{}
-		l.parked = l.parked[1:]
-		l.q = append(l.q, e)
-		if len(l.q) == 1 {
-			m.makeReady(e)
-		}
-	}
-	if len(l.parked) == 0 {
-		l.parked = nil
-		delete(m.parkedLanes, l)
-	}
-}
-
-// Expire finds the pending records whose timestamp is before cutoff: the
-// topic's retention is about to delete them, after which a crash would
-// lose them and a parked one could not be read again. Each is marked
-// expiring and let out of its key's turn: one in memory goes at once (or
-// goes on, when already out), a parked one is read again at once,
-// whatever room its key has. What its delivery does then (dead-lettered
-// with the reason, or delivered out of turn) is the caller's policy. It
-// returns how many records it found, at most max a call.
-func (m *Machine[P]) Expire(cutoff time.Time, max int) int {
-	if !m.claimed || m.stopped || max <= 0 {
-		return 0
-	}
-	n := 0
-	for _, e := range m.pending {
-		if n >= max {
-			break
-		}
-		if e.Time.IsZero() || !e.Time.Before(cutoff) || e.expiring.Load() {
-			continue
-		}
-		n++
-		e.expiring.Store(true)
-		if l := e.lane; l != nil && !e.out && !e.taken && !e.ready && l.q[0] != e {
-			// Out of its lane, keeping the order of the others.
-			for i, f := range l.q {
-				if f == e {
-					l.q = append(l.q[:i], l.q[i+1:]...)
-					break
-				}
-			}
-			e.lane = nil
-			m.makeReady(e)
-		}
-	}
-	c := cutoff.UnixMilli()
-	for l := range m.parkedLanes {
-		if n >= max {
-			break
-		}
-		if r := l.parked[0]; r.extra == nil && r.ts > 0 && r.ts < c && l.rescue < c {
-			if l.rescue == 0 {
-				n++
-			}
-			l.rescue = c
-		}
-	}
-	return n
-}
-
-// ParkedLostBelow lets go of the parked records below off, the log start:
-// retention deleted them before they could be read again, so they count
-// as done, never delivered. It returns how many there were; the caller
-// must say so loudly. Records in memory are not lost: they are delivered.
-func (m *Machine[P]) ParkedLostBelow(off int64) int64 {
-	if m.parked == 0 {
-		return 0
-	}
-	var lost int64
-	for l := range m.parkedLanes {
-		for len(l.parked) > 0 && l.parked[0].extra == nil && l.parked[0].start < off {
-			r := &l.parked[0]
-			end := min(r.end, off)
-			m.addAcked(r.start, end)
-			lost += end - r.start
-			m.unpark(end - r.start)
-			if r.start = end; r.start == r.end {
-				l.parked[0] = parkRun[P]{}
-				l.parked = l.parked[1:]
-			}
-		}
-		l.rescue = 0
-		m.promote(l)
-		if len(l.q) == 0 && len(l.parked) == 0 {
-			delete(m.lanes, l.key)
-		}
-	}
-	if lost > 0 {
-		m.version++
-		m.settle()
-	}
-	return lost
-}
-
-// OldestTime returns the oldest timestamp of the pending records, in
-// memory or parked (a parked run counts its first record's); zero when
-// none has one.
-func (m *Machine[P]) OldestTime() time.Time {
-	var oldest time.Time
-	for _, e := range m.pending {
-		if !e.Time.IsZero() && (oldest.IsZero() || e.Time.Before(oldest)) {
-			oldest = e.Time
-		}
-	}
-	for l := range m.parkedLanes {
-		for _, r := range l.parked {
-			if r.extra == nil {
-				if t := time.UnixMilli(r.ts); r.ts > 0 && (oldest.IsZero() || t.Before(oldest)) {
-					oldest = t
-				}
-				break
-			}
-		}
-	}
-	return oldest
-}
-
-// Parked returns how many records are parked by offset.
-func (m *Machine[P]) Parked() int64 { return m.parked }
-
-// OldestParked returns when the oldest parked record was read, zero when
-// none is parked.
-func (m *Machine[P]) OldestParked() time.Time {
-	var oldest int64
-	for l := range m.parkedLanes {
-		for _, r := range l.parked {
-			if r.extra == nil {
-				if oldest == 0 || r.read < oldest {
-					oldest = r.read
-				}
-				break
-			}
-		}
-	}
-	if oldest == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, oldest)
-}
-
-// HoldingParked returns the key of the parked record the watermark waits
-// for and when it was read; false when the watermark's record is not
-// parked.
-func (m *Machine[P]) HoldingParked() (key string, read time.Time, ok bool) {
-	if m.watermark < 0 || m.parked == 0 || m.pending[m.watermark] != nil {
-		return "", time.Time{}, false
-	}
-	for l := range m.parkedLanes {
-		if r := l.parked[0]; r.extra == nil && r.start == m.watermark {
-			return l.key, time.Unix(0, r.read), true
-		}
-	}
-	return "", time.Time{}, false
+// drop takes e out of the pending records and gives back what it holds
+// of the Budget, which it returns: acked, superseded, parked from memory,
+// or left to the next owner of its range.
+func (m *Machine[P]) drop(e *Entry[P]) int64 {
+	delete(m.pending, e.Offset)
+	m.holdings.release(e.bytes)
+	return e.bytes
 }
 
 func (m *Machine[P]) lane(key string) *lane[P] {
@@ -1277,13 +407,13 @@ func (m *Machine[P]) makeReady(e *Entry[P]) {
 	if m.isFrozen(e) {
 		return // its range is being given up: it waits for the next owner
 	}
-	e.ready = true
+	e.state = stateReady
 	if e.extra {
-		m.extras = append(m.extras, e)
+		m.injected.ready = append(m.injected.ready, e)
 		return
 	}
 	if m.ready.len() == 0 && m.cfg.Batch.MaxRecords > 0 {
-		m.readySince = m.cfg.Clock()
+		m.batch.since = m.cfg.Clock()
 	}
 	m.ready.push(e)
 }
@@ -1310,29 +440,11 @@ func (m *Machine[P]) Dispatch(e *Entry[P]) error {
 	return m.dispatched(e)
 }
 
-// head is q's first entry when records may go out now, else nil.
-func (m *Machine[P]) head(q []*Entry[P]) *Entry[P] {
-	if !m.dispatching() || len(q) == 0 {
-		return nil
-	}
-	return q[0]
-}
-
-// dispatchHead takes e, q's first entry, out of q as dispatched.
-func (m *Machine[P]) dispatchHead(q *[]*Entry[P], e *Entry[P]) error {
-	if len(*q) == 0 || (*q)[0] != e {
-		return ErrNotReady
-	}
-	(*q)[0] = nil
-	*q = (*q)[1:]
-	return m.dispatched(e)
-}
-
 // dispatched marks e, just taken out of its queue, as gone to the
 // endpoint.
 func (m *Machine[P]) dispatched(e *Entry[P]) error {
 	m.inflight++
-	e.ready, e.out = false, true
+	e.state = stateOut
 	e.Dispatched = m.cfg.Clock()
 	if m.paused && m.claimed && m.parks() && m.starved() {
 		// The last record ready went out while the fetch waits for room:
@@ -1347,108 +459,15 @@ func (m *Machine[P]) dispatched(e *Entry[P]) error {
 	return nil
 }
 
-// Inject queues a record that is not one of the partition's offsets (a
-// dead letter delivered again) on the lane of key, behind the key's
-// pending records, so that it goes out only once they are acked and the
-// key's later records wait for it. It is neither acked nor counted in the
-// window or the Budget: it leaves its lane at Done, acked or not. Without
-// a lane (ordering none, or no key under ordering key) it is free to go
-// at once. It goes out through PeekExtra and DispatchExtra, never in a
-// batch.
-func (m *Machine[P]) Inject(key []byte, payload P) *Entry[P] {
-	e := &Entry[P]{Offset: -1, Payload: payload, extra: true}
-	switch {
-	case m.cfg.Ordering == OrderNone:
-	case m.cfg.Ordering == OrderPartition:
-		e.lane = m.lane("")
-	case key != nil:
-		e.lane = m.lane(string(key))
-		e.hash = m.hash(key, -1)
-	}
-	if e.lane == nil {
-		m.makeReady(e)
-		return e
-	}
-	if len(e.lane.parked) > 0 {
-		// Behind the key's parked records, and before its later ones.
-		e.lane.parked = append(e.lane.parked, parkRun[P]{extra: e})
-		return e
-	}
-	e.lane.q = append(e.lane.q, e)
-	if len(e.lane.q) == 1 {
-		m.makeReady(e)
-	}
-	return e
-}
-
-// PeekExtra returns the next injected record to dispatch, nil when none
-// may go now.
-func (m *Machine[P]) PeekExtra() *Entry[P] { return m.head(m.extras) }
-
-// DispatchExtra records that e, the entry PeekExtra returned, went out.
-func (m *Machine[P]) DispatchExtra(e *Entry[P]) error { return m.dispatchHead(&m.extras, e) }
-
-// Assemble takes a batch out of the ready records when one is due: enough
-// records are ready, or the oldest has waited Batch.MaxWait. Otherwise it
-// returns nil and how long until one is due (0: nothing is ready). A batch
-// holds lane heads oldest first, each followed by the
-// next records of its lane, in offset order, within the batch's limits.
-// The records count as dispatched only at DispatchBatch; until then they
-// are neither ready nor in flight.
-func (m *Machine[P]) Assemble() ([]*Entry[P], time.Duration) {
-	if !m.dispatching() || m.ready.len() == 0 {
-		return nil, 0
-	}
-	b := m.cfg.Batch
-	if m.ready.len() < b.MaxRecords && b.MaxWait > 0 {
-		if left := b.MaxWait - m.cfg.Clock().Sub(m.readySince); left > 0 {
-			return nil, left
-		}
-	}
-	out := make([]*Entry[P], 0, min(b.MaxRecords, m.ready.len()))
-	size := 0
-	fits := func(e *Entry[P]) bool {
-		return len(out) < b.MaxRecords && (len(out) == 0 || b.MaxBytes <= 0 || size+e.size <= b.MaxBytes)
-	}
-	for m.ready.len() > 0 && fits(m.ready.peek()) {
-		head := m.ready.pop()
-		head.taken, head.ready = true, false
-		out = append(out, head)
-		size += head.size
-		if head.lane == nil {
-			continue
-		}
-		for _, f := range head.lane.q[1:] {
-			if f.extra || !fits(f) {
-				break
-			}
-			f.taken = true
-			out = append(out, f)
-			size += f.size
-		}
-	}
-	// Records left ready have waited as long as the batch that just
-	// went: they go at the next call.
-	return out, 0
-}
-
-// DispatchBatch records that a batch from Assemble went out.
-func (m *Machine[P]) DispatchBatch(batch []*Entry[P]) {
-	now := m.cfg.Clock()
-	for _, e := range batch {
-		e.Dispatched = now
-		e.out = true
-	}
-	m.inflight += len(batch)
-}
-
 // Done reports the end of a dispatched record: acked (delivered or
 // dead-lettered) or not (aborted: shutdown or a lost partition; it stays
 // pending for the next owner). An ack frees the next record of its lane.
 func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	m.inflight--
-	e.out = false
-	e.aborted = !acked
+	e.state = stateFinished
+	if !acked {
+		e.state = stateAborted
+	}
 	if e.extra {
 		// Whatever its outcome, an injected record frees its lane: its
 		// caller keeps what is not done.
@@ -1463,15 +482,8 @@ func (m *Machine[P]) Done(e *Entry[P], acked bool) {
 	if m.pending[e.Offset] != e {
 		return // not tracked (anymore): nothing to ack
 	}
-	m.acked.AddOffset(e.Offset)
-	if m.done != &m.acked {
-		m.done.AddOffset(e.Offset)
-	}
-	delete(m.pending, e.Offset)
-	if e.bytes > 0 {
-		m.held -= e.bytes
-		m.cfg.Budget.Release(e.bytes)
-	}
+	m.ackOffset(e.Offset)
+	m.drop(e)
 	m.version++
 	if l := e.lane; l != nil {
 		m.leaveLane(l, e)
@@ -1500,24 +512,8 @@ func (m *Machine[P]) leaveLane(l *lane[P], e *Entry[P]) {
 		if len(l.parked) == 0 {
 			delete(m.lanes, l.key)
 		}
-	} else if !l.q[0].taken {
+	} else if l.q[0].state == stateQueued {
 		m.makeReady(l.q[0])
-	}
-}
-
-// settleWatermark recomputes the watermark from the acked set.
-func (m *Machine[P]) settleWatermark() {
-	if m.floor < 0 {
-		m.watermark = -1
-		return
-	}
-	m.acked.TrimBelow(m.floor)
-	if m.done != &m.acked {
-		m.done.TrimBelow(m.floor)
-	}
-	m.watermark = m.done.Watermark(m.floor)
-	if m.floors != nil && m.next >= 0 && m.floorsPassed() {
-		m.floors = nil
 	}
 }
 
@@ -1543,16 +539,6 @@ func (m *Machine[P]) settle() {
 	case m.next < 0 || m.watermark < 0 || m.next-m.watermark <= m.cfg.MaxWindow/2:
 		m.paused = false
 	}
-}
-
-// floorsPassed reports whether the fetch is past every floor.
-func (m *Machine[P]) floorsPassed() bool {
-	for _, f := range m.floors {
-		if m.next < f.Below {
-			return false
-		}
-	}
-	return true
 }
 
 // Paused reports whether fetching the partition should be paused now.
@@ -1583,7 +569,7 @@ func (m *Machine[P]) InFlight() int { return m.inflight }
 
 // Pending returns how many accepted records are not acked, parked ones
 // included.
-func (m *Machine[P]) Pending() int { return len(m.pending) + int(m.parked) }
+func (m *Machine[P]) Pending() int { return len(m.pending) + int(m.parking.count) }
 
 // Backlog returns how many offered records wait for room in the window.
 func (m *Machine[P]) Backlog() int { return len(m.backlog) }
@@ -1599,96 +585,4 @@ func (m *Machine[P]) Holding() *Entry[P] {
 		return nil
 	}
 	return m.pending[m.watermark]
-}
-
-// Watermark returns the lowest offset not acked, -1 while unknown.
-func (m *Machine[P]) Watermark() int64 { return m.watermark }
-
-// Next returns the fetch position, -1 before the first record.
-func (m *Machine[P]) Next() int64 { return m.next }
-
-// Committed returns the last Kafka commit known, -1 none.
-func (m *Machine[P]) Committed() int64 { return m.committed }
-
-// Snapshot is the partition's state for one flush to the tracker.
-type Snapshot struct {
-	version uint64
-	// Acked is the acked set itself, valid until the machine changes:
-	// encode it before driving the machine again.
-	Acked *offsets.Set
-	// Ranges are the key hashes the state is of, nil for all of them.
-	Ranges keyrange.Set
-	// Watermark is the lowest offset of this node's ranges not acked.
-	Watermark int64
-	Next      int64
-	Committed int64
-	Pending   int
-	InFlight  int
-	Keys      int
-	// Oldest is when the record at the watermark was dispatched, zero
-	// when it is not out.
-	Oldest time.Time
-}
-
-// Dirty reports whether the state changed since the last successful
-// flush and may be flushed (claimed, not fenced).
-func (m *Machine[P]) Dirty() bool {
-	return m.claimed && !m.fenced && m.version != m.flushedVersion
-}
-
-// Touch marks the state changed, so the next flush writes it whatever
-// happened (a final flush before a commit or a release).
-func (m *Machine[P]) Touch() { m.version++ }
-
-// Snapshot returns the state to flush.
-func (m *Machine[P]) Snapshot() Snapshot {
-	s := Snapshot{
-		version: m.version, Acked: &m.acked, Ranges: m.ranges,
-		Watermark: m.watermark, Next: m.next, Committed: m.committed,
-		Pending: m.Pending(), InFlight: m.inflight, Keys: len(m.lanes),
-	}
-	if e := m.pending[m.watermark]; e != nil {
-		s.Oldest = e.Dispatched
-	}
-	return s
-}
-
-// Flushed records that s reached the tracker: its watermark may now be
-// committed.
-func (m *Machine[P]) Flushed(s Snapshot) { m.FlushedMerged(s, -1) }
-
-// FlushedMerged is Flushed with the partition's merged watermark the
-// tracker answered (-1 unknown): the lowest offset no owner of any range
-// has acked. A shared partition may commit only that; a whole one the
-// higher of it and its own.
-func (m *Machine[P]) FlushedMerged(s Snapshot, merged int64) {
-	if s.version > m.flushedVersion {
-		m.flushedVersion = s.version
-	}
-	c := max(s.Watermark, merged)
-	if s.Ranges != nil {
-		c = merged
-	}
-	if c > m.flushed {
-		m.flushed = c
-	}
-}
-
-// Behind reports whether a shared partition's merged watermark, as last
-// flushed, trails this node's own: other sharers have not caught up, so
-// flushing again (even with nothing new) learns when they do.
-func (m *Machine[P]) Behind() bool {
-	return m.ranges != nil && m.claimed && !m.fenced && m.flushed < m.watermark
-}
-
-// CommitCandidate returns the offset to commit to Kafka, if it is ahead of
-// the last commit. It is the watermark of the last successful flush, never
-// the live one: the Kafka commit is never ahead of the tracking state, so
-// a node fenced in the tracker cannot commit what it acked after losing
-// its claim.
-func (m *Machine[P]) CommitCandidate() (int64, bool) {
-	if m.fenced || m.flushed < 0 || m.flushed <= m.committed {
-		return 0, false
-	}
-	return m.flushed, true
 }

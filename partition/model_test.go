@@ -30,7 +30,13 @@ import (
 //   - shared (a part of the key hashes claimed, others' records counted
 //     as done): only the node's records go out, floors are respected,
 //     a range being given up sends nothing new, and the acked set a flush
-//     writes holds true acks only.
+//     writes holds true acks only;
+//   - injected records (not offsets of the partition) go out once, after
+//     their key's records that were pending when they were injected and
+//     before its later ones, and are never batched;
+//   - records found about to fall out of retention (Expire) are marked
+//     expiring and go out of their key's turn, parked ones taken back
+//     whatever room their key has; the others keep their order.
 
 // logRecord is one offset of the simulated partition log.
 type logRecord struct {
@@ -76,6 +82,23 @@ type model struct {
 	// it is giving up; floors what a previous owner delivered per range.
 	ranges, frozen keyrange.Set
 	floors         []Floor
+	// injects are the records Inject queued, by payload (-1, -2, …).
+	injects map[int64]*injectRec
+	// expired counts the records delivered marked expiring.
+	expired int
+}
+
+// injectRec is one injected record as the model follows it.
+type injectRec struct {
+	laned   bool
+	laneKey string
+	// next is the fetch position when it was injected: records of its
+	// lane below it go first, the others after it.
+	next int64
+	// sent: dispatched; ended: its result came (whatever it was);
+	// dropped: Shrink gave it back with its lane.
+	sent, ended, dropped bool
+	acks                 int
 }
 
 func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window int64) *model {
@@ -85,6 +108,7 @@ func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window 
 		delivered:    map[int64]int{},
 		dispatched:   map[int64]bool{},
 		abortedLanes: map[string]bool{},
+		injects:      map[int64]*injectRec{},
 		lastCommit:   -1, lastWM: -1, flushedWM: -1,
 		now: time.Unix(1_700_000_000, 0),
 	}
@@ -241,6 +265,10 @@ func (md *model) step(op byte) {
 			md.freeze()
 		case 4:
 			md.shrink()
+		case 5:
+			md.inject()
+		case 6:
+			md.expire()
 		default:
 			md.flush()
 		}
@@ -250,7 +278,33 @@ func (md *model) step(op byte) {
 
 func (md *model) record(r logRecord) Record[int64] {
 	size := 1 + int(r.offset%7)
-	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: size, Bytes: int64(size), Payload: r.offset}
+	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: size, Bytes: int64(size), Time: md.recTime(r.offset), Payload: r.offset}
+}
+
+// recTime is the timestamp of the record at off: 50 ms apart, so that
+// parked runs (a second of timestamps at most) hold about twenty.
+func (md *model) recTime(off int64) time.Time {
+	return time.Unix(1_600_000_000, 0).Add(time.Duration(off) * 50 * time.Millisecond)
+}
+
+// expire finds the pending records older than one of the log's, as the
+// retention guard does, a few a call.
+func (md *model) expire() {
+	if md.fetchAt == 0 {
+		return
+	}
+	cutoff := md.recTime(md.log[md.rnd.IntN(md.fetchAt)].offset)
+	n := 1 + md.rnd.IntN(4)
+	if got := md.m.Expire(cutoff, n); got > n {
+		md.t.Fatalf("step %d: Expire found %d records, at most %d asked", md.steps, got, n)
+	}
+}
+
+// expiring reports whether the pending record at off is marked expiring:
+// out of its key's turn.
+func (md *model) expiring(off int64) bool {
+	e := md.m.pending[off]
+	return e != nil && e.Expiring()
 }
 
 func (md *model) fetch() {
@@ -351,21 +405,97 @@ func (md *model) sent(e *Entry[int64]) {
 	case e.Payload != off:
 		md.t.Fatalf("step %d: entry %d carries payload %d", md.steps, off, e.Payload)
 	}
-	if key, ok := md.laneOf(off); ok {
+	if key, ok := md.laneOf(off); ok && !e.Expiring() {
 		for _, o := range md.log {
 			if o.offset >= off {
 				break
 			}
-			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) || md.belowFloor(o) {
+			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) || md.belowFloor(o) || md.expiring(o.offset) {
 				continue
 			}
 			if k, ok := md.laneOf(o.offset); ok && k == key && md.delivered[o.offset] == 0 && !md.inBatchBefore(o.offset) {
 				md.t.Fatalf("step %d: offset %d of lane %q dispatched before %d was acked", md.steps, off, key, o.offset)
 			}
 		}
+		if id := md.injectedBefore(key, off); id != 0 {
+			md.t.Fatalf("step %d: offset %d of lane %q dispatched before the record injected before it (%d) ended", md.steps, off, key, id)
+		}
 	}
 	md.dispatched[off] = true
 	md.out = append(md.out, e)
+}
+
+// inject queues a record that is not an offset of the partition on a
+// key of the log (or none), as a dead letter delivered again is.
+func (md *model) inject() {
+	var key []byte
+	if md.rnd.IntN(4) != 0 {
+		key = md.log[md.rnd.IntN(len(md.log))].key
+	}
+	x := &injectRec{next: md.m.Next()}
+	switch {
+	case md.cfg.Ordering == OrderPartition:
+		x.laned = true
+	case md.cfg.Ordering == OrderKey && key != nil:
+		x.laned, x.laneKey = true, string(key)
+	}
+	id := -int64(len(md.injects) + 1)
+	md.injects[id] = x
+	md.m.Inject(key, id)
+}
+
+// sentExtra checks the dispatch of an injected record: once, and only
+// after its lane's records that were pending before it and the records
+// injected on it before.
+func (md *model) sentExtra(e *Entry[int64]) {
+	x := md.injects[e.Payload]
+	switch {
+	case x == nil:
+		md.t.Fatalf("step %d: injected entry of unknown payload %d dispatched", md.steps, e.Payload)
+	case x.sent || x.ended || x.dropped:
+		md.t.Fatalf("step %d: injected record %d dispatched twice", md.steps, e.Payload)
+	case md.stopped:
+		md.t.Fatalf("step %d: injected record %d dispatched after Stop", md.steps, e.Payload)
+	}
+	if x.laned {
+		for _, o := range md.log {
+			if x.next < 0 || o.offset >= x.next {
+				break
+			}
+			if md.settled(o) || !md.mine(o, md.ranges) || md.expiring(o.offset) {
+				continue
+			}
+			if k, ok := md.laneOf(o.offset); ok && k == x.laneKey {
+				md.t.Fatalf("step %d: injected record %d of lane %q dispatched before %d was acked", md.steps, e.Payload, k, o.offset)
+			}
+		}
+		for id, y := range md.injects {
+			if id > e.Payload && y.laned && y.laneKey == x.laneKey && !y.ended && !y.dropped {
+				md.t.Fatalf("step %d: injected record %d of lane %q dispatched before %d, injected before it, ended", md.steps, e.Payload, x.laneKey, id)
+			}
+		}
+	}
+	x.sent = true
+	md.out = append(md.out, e)
+}
+
+// injectedBefore returns an injected record of lane key that must end
+// before off goes out and has not, 0 when none.
+func (md *model) injectedBefore(key string, off int64) int64 {
+	for id, y := range md.injects {
+		if y.laned && y.laneKey == key && y.next >= 0 && off >= y.next && !y.ended && !y.dropped {
+			return id
+		}
+	}
+	return 0
+}
+
+// laneOfEntry is laneOf for an entry out, injected or not.
+func (md *model) laneOfEntry(e *Entry[int64]) (string, bool) {
+	if x := md.injects[e.Payload]; e.Offset < 0 && x != nil {
+		return x.laneKey, x.laned
+	}
+	return md.laneOf(e.Offset)
 }
 
 func (md *model) inBatchBefore(off int64) bool {
@@ -378,6 +508,16 @@ func (md *model) inBatchBefore(off int64) bool {
 }
 
 func (md *model) dispatch() {
+	for range md.rnd.IntN(3) {
+		e := md.m.PeekExtra()
+		if e == nil {
+			break
+		}
+		if err := md.m.DispatchExtra(e); err != nil {
+			md.t.Fatal(err)
+		}
+		md.sentExtra(e)
+	}
 	if md.cfg.Batch.MaxRecords > 0 {
 		batch, wait := md.m.Assemble()
 		if batch == nil {
@@ -393,6 +533,9 @@ func (md *model) dispatch() {
 		md.m.DispatchBatch(batch)
 		md.pendingBatch = batch
 		for _, e := range batch {
+			if e.Extra() {
+				md.t.Fatalf("step %d: injected record %d in a batch", md.steps, e.Payload)
+			}
 			md.sent(e)
 		}
 		md.pendingBatch = nil
@@ -419,7 +562,7 @@ func (md *model) complete(acked bool) {
 	var candidates []int
 	seen := map[string]bool{}
 	for i, e := range md.out {
-		key, ok := md.laneOf(e.Offset)
+		key, ok := md.laneOfEntry(e)
 		if ok && seen[key] {
 			continue
 		}
@@ -431,15 +574,24 @@ func (md *model) complete(acked bool) {
 	i := candidates[md.rnd.IntN(len(candidates))]
 	e := md.out[i]
 	md.out = append(md.out[:i], md.out[i+1:]...)
-	key, laned := md.laneOf(e.Offset)
+	key, laned := md.laneOfEntry(e)
 	if laned && md.abortedLanes[key] {
 		acked = false
 	}
 	if laned && !acked {
 		md.abortedLanes[key] = true
 	}
-	if acked {
+	if x := md.injects[e.Payload]; e.Extra() && x != nil {
+		// Whatever its result, it leaves its lane.
+		x.ended = true
+		if acked {
+			x.acks++
+		}
+	} else if acked {
 		md.delivered[e.Offset]++
+		if e.Expiring() {
+			md.expired++
+		}
 	} else {
 		// Aborted: it stays pending and is never sent again by this owner.
 		delete(md.dispatched, e.Offset)
@@ -484,8 +636,16 @@ func (md *model) shrink() {
 		return
 	}
 	md.flush()
-	if _, err := md.m.Shrink(); err != nil {
+	dropped, err := md.m.Shrink()
+	if err != nil {
 		md.t.Fatal(err)
+	}
+	for _, e := range dropped {
+		x := md.injects[e.Payload]
+		if x == nil || x.sent && !x.ended {
+			md.t.Fatalf("step %d: shrink gave back injected record %d, unknown or in flight", md.steps, e.Payload)
+		}
+		x.dropped = true
 	}
 	if md.ranges == nil {
 		md.ranges = keyrange.Full()
@@ -557,7 +717,14 @@ func (md *model) firstUnacked(ranges keyrange.Set) int64 {
 func (md *model) check() {
 	m := md.m
 	if m.residentWindow() {
-		if p := len(m.pending); p > int(md.cfg.MaxWindow) {
+		// An expiring record is taken back whatever room there is.
+		p := 0
+		for _, e := range m.pending {
+			if !e.Expiring() {
+				p++
+			}
+		}
+		if p > int(md.cfg.MaxWindow) {
 			md.t.Fatalf("step %d: %d records in memory, window %d", md.steps, p, md.cfg.MaxWindow)
 		}
 		for _, l := range m.lanes {
@@ -567,8 +734,8 @@ func (md *model) check() {
 					n++
 				}
 			}
-			if m.parks() && n > m.refillCap {
-				md.t.Fatalf("step %d: lane %q holds %d records in memory, cap %d", md.steps, l.key, n, m.refillCap)
+			if m.parks() && n > m.parking.refillCap {
+				md.t.Fatalf("step %d: lane %q holds %d records in memory, cap %d", md.steps, l.key, n, m.parking.refillCap)
 			}
 		}
 	} else if p := m.Pending(); p > int(md.cfg.MaxWindow) {
@@ -631,8 +798,13 @@ func (md *model) finish() {
 		md.flush()
 		md.commit()
 		md.check()
-		if md.fetchAt >= len(md.log) && md.m.Backlog() == 0 && md.m.Pending() == 0 {
+		if md.fetchAt >= len(md.log) && md.m.Backlog() == 0 && md.m.Pending() == 0 && md.injectsOpen() == 0 {
 			break
+		}
+	}
+	for id, x := range md.injects {
+		if !x.dropped && x.acks != 1 {
+			md.t.Fatalf("injected record %d delivered %d times", id, x.acks)
 		}
 	}
 	for _, r := range md.log {
@@ -658,6 +830,17 @@ func (md *model) finish() {
 	if md.m.Parked() != 0 {
 		md.t.Fatalf("%d records still parked", md.m.Parked())
 	}
+}
+
+// injectsOpen counts the injected records whose delivery has not ended.
+func (md *model) injectsOpen() int {
+	n := 0
+	for _, x := range md.injects {
+		if !x.ended && !x.dropped {
+			n++
+		}
+	}
+	return n
 }
 
 // run plays one whole case: optional commit before the claim, records
@@ -722,7 +905,7 @@ func TestMachineModel(t *testing.T) {
 	if testing.Short() {
 		cases = 300
 	}
-	steps, batches, unparked, evicted := 0, 0, 0, int64(0)
+	steps, batches, unparked, evicted, injected, expired := 0, 0, 0, int64(0), 0, 0
 	rnd := rand.New(rand.NewPCG(42, 7))
 	for i := range cases {
 		data := make([]byte, 12+rnd.IntN(400))
@@ -735,16 +918,26 @@ func TestMachineModel(t *testing.T) {
 		batches += md.batchesSeen
 		unparked += md.unparked
 		evicted += md.m.Evicted()
+		for _, x := range md.injects {
+			injected += x.acks
+		}
+		expired += md.expired
 		if t.Failed() {
 			t.Fatalf("case %d failed", i)
 		}
 	}
-	t.Logf("state machine model: %d cases, %d steps, %d batches, %d records parked and taken back, %d of them parked from memory to make room",
-		cases, steps, batches, unparked, evicted)
+	t.Logf("state machine model: %d cases, %d steps, %d batches, %d records parked and taken back, %d of them parked from memory to make room, %d injected records delivered, %d records delivered out of turn as expiring",
+		cases, steps, batches, unparked, evicted, injected, expired)
 	if unparked == 0 {
 		t.Fatal("no record was parked and taken back: the cases do not exercise parking")
 	}
 	if evicted == 0 {
 		t.Fatal("no record was parked from memory: the cases do not exercise a starved full window")
+	}
+	if injected == 0 {
+		t.Fatal("no injected record was delivered: the cases do not exercise Inject")
+	}
+	if expired == 0 {
+		t.Fatal("no expiring record was delivered: the cases do not exercise Expire")
 	}
 }

@@ -3,6 +3,7 @@ package partition
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking/offsets"
@@ -166,5 +167,38 @@ func TestSharedPartitionCommitsOnlyTheMergedWatermark(t *testing.T) {
 	w.FlushedMerged(w.Snapshot(), 5)
 	if c, _ := w.CommitCandidate(); c != 5 {
 		t.Errorf("whole partition: candidate %d; want 5", c)
+	}
+}
+
+func TestExpiringRecordOutOfItsLaneKeepsItsKeysRange(t *testing.T) {
+	m := newMachine(t, Config{})
+	m.SetCommitted(0)
+	m.Claim(nil)
+	k := keyIn(upper, 0)
+	t0 := time.Unix(1_700_000_000, 0)
+	rs := recs("0:"+k, "1:"+k)
+	for i := range rs {
+		rs[i].Time = t0
+	}
+	m.Offer(rs)
+	head := m.Peek()
+	if err := m.Dispatch(head); err != nil {
+		t.Fatal(err)
+	}
+	// 1 leaves its lane, expiring, while the partition is whole; then
+	// its key's range is given up.
+	if n := m.Expire(t0.Add(time.Second), 10); n != 2 {
+		t.Fatalf("expire found %d, want 2", n)
+	}
+	m.Freeze(keyrange.Set{lower})
+	if e := m.Peek(); e != nil {
+		t.Fatalf("offset %d of the range given up is ready: it left its lane, but its key is still in the range", e.Offset)
+	}
+	m.Done(head, true)
+	if _, err := m.Shrink(); err != nil {
+		t.Fatal(err)
+	}
+	if wm := m.Watermark(); wm != 2 {
+		t.Errorf("watermark %d, want 2: 1 is the next owner's", wm)
 	}
 }

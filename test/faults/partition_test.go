@@ -20,8 +20,10 @@ const (
 	// answer: the session timeout less a heartbeat (a fifth of it).
 	faultLease = faultSession - faultSession/5
 	// cutSlack is what may pass between the pool's check and a
-	// request's arrival at the sink, under -race on a loaded machine.
-	cutSlack = 500 * time.Millisecond
+	// request's arrival at the sink on a loaded machine: most of the
+	// heartbeat interval the lease keeps before the group can give the
+	// partitions away.
+	cutSlack = time.Second
 	// cutPartitions, cutKeys and cutRate: one subscription over four
 	// partitions, about 150 records a second over 200 keys.
 	cutPartitions, cutKeys, cutRate = 4, 200, 150

@@ -87,42 +87,27 @@ func StartSink(t testing.TB) *Sink {
 // SetOrigin makes the sink ask origin, for every connection it accepts
 // from then on, which process opened it; each delivery then names it
 // (Delivery.Origin), and the overlap check can tell the requests of a
-// process that died from the others. origin runs when a connection's
-// first request has arrived and its start time is taken, before it is
-// answered, so the sender's socket still exists: a resolution (a scan of
-// /proc, slow on a busy machine) neither delays the start times nor holds
-// the accept loop, where a burst of new connections would queue behind
-// it.
+// process that died from the others. origin runs on the accept loop, while
+// the sender's socket still exists.
 func (s *Sink) SetOrigin(origin func(client, server net.Addr) string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.origin = origin
 }
 
-// originOf names the sender of r (see SetOrigin), resolved once per
-// connection.
-func (s *Sink) originOf(r *http.Request) string {
-	s.mu.Lock()
-	name, ok := s.origins[r.RemoteAddr]
-	resolve := s.origin
-	s.mu.Unlock()
-	if ok || resolve == nil {
-		return name
-	}
-	client, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)
-	server, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if err != nil || server == nil {
-		return ""
-	}
-	name = resolve(client, server)
-	s.mu.Lock()
-	s.origins[r.RemoteAddr] = name
-	s.mu.Unlock()
-	return name
-}
-
 func (s *Sink) connState(c net.Conn, state http.ConnState) {
 	switch state {
+	case http.StateNew:
+		s.mu.Lock()
+		origin := s.origin
+		s.mu.Unlock()
+		if origin == nil {
+			return
+		}
+		name := origin(c.RemoteAddr(), c.LocalAddr())
+		s.mu.Lock()
+		s.origins[c.RemoteAddr().String()] = name
+		s.mu.Unlock()
 	case http.StateClosed, http.StateHijacked:
 		// The client's port may be reused by another process.
 		s.mu.Lock()
@@ -153,11 +138,10 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	// A batch is answered as a whole, by what its first record asks for.
 	d := ds[0]
-	origin := s.originOf(r)
 	s.mu.Lock()
 	s.inFlight++
 	for _, d := range ds {
-		d.Origin = origin
+		d.Origin = s.origins[r.RemoteAddr]
 	}
 	s.inFlightBy[d.Origin]++
 	s.mu.Unlock()

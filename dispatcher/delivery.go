@@ -364,6 +364,12 @@ func (b *batchFlight) settle() bool {
 func (b *batchFlight) stepEach() (time.Duration, bool) {
 	for len(b.each) > 0 || b.cur != nil {
 		if b.cur == nil {
+			if !b.w.owned() {
+				// Each record is a first attempt of its own: it waits,
+				// as the pool's tasks do, until the ownership is
+				// confirmed again.
+				return b.g.n.cfg.FlushInterval, false
+			}
 			r := b.each[0]
 			b.each = b.each[1:]
 			if b.held[r] {

@@ -11,7 +11,10 @@
 // deliveries, within the ownership lease: each write the tracker accepts
 // lets the partition start deliveries for the session timeout less a
 // heartbeat (Config.lease), so a node frozen long enough to lose its
-// partitions asks the tracker before it delivers again. On revoke the
+// partitions asks the tracker before it delivers again. The group
+// coordinator must have answered the node within as long (liveness.go):
+// a node cut from Kafka alone stops starting deliveries a heartbeat
+// before the group can give its partitions away. On revoke the
 // workers drain, then all of them are flushed in one round, committed,
 // and released in one round, under one deadline; a node that takes a
 // partition over claims it in the tracker (a new epoch fences the old

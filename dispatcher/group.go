@@ -42,6 +42,9 @@ type group struct {
 	tel *telemetry
 	// partition configures every partition's state machine.
 	partition partition.Config
+	// live says whether the coordinator still counts this node a member;
+	// it hooks the client's round trips.
+	live *liveness
 	// ep renders and paces the subscription's deliveries, resolved once.
 	ep *delivery.Endpoint
 	// dlw writes the records that failed for good.
@@ -112,6 +115,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		starts:   make(map[topicPartition]partitionStart),
 	}
 	g.pool = newPool(g)
+	g.live = newLiveness(n.cfg.lease(), nil)
 	g.initTelemetry()
 	g.partition = partitionConfig(s, n.cfg.MaxWindow, *n.cfg.ParkAfter)
 	g.partition.Budget = n.budget
@@ -167,6 +171,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		kgo.OnPartitionsRevoked(g.onRevoked),
 		kgo.OnPartitionsLost(g.onLost),
 		kgo.AdjustFetchOffsetsFn(g.onOffsetsFetched),
+		kgo.WithHooks(g.live),
 	}
 	opts = append(opts, n.cfg.KafkaOptions...)
 	cl, err := kgo.NewClient(opts...)

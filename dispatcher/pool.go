@@ -84,12 +84,13 @@ func (p *pool) loop(ctx context.Context) {
 // in-flight gauge counts attempts (a batch request is one), which
 // MaxInFlight bounds.
 func (p *pool) run(t task) {
-	if !t.owner().leased() {
-		// The partition's ownership lease ran out (worker.leaseEnd)
-		// between its dispatch and now, or while the task waited for a
-		// retry: it waits as a retry does (keyhook_retrying counts it)
-		// until the worker's next write confirms the claim, or the fence
-		// stops it (stopRetries).
+	if !t.owner().owned() {
+		// The partition's ownership lease ran out (worker.leaseEnd), or
+		// the coordinator stopped answering (group.live), between its
+		// dispatch and now, or while the task waited for a retry: it
+		// waits as a retry does (keyhook_retrying counts it) until both
+		// confirm the ownership again, or the fence stops it
+		// (stopRetries).
 		p.park(t, p.g.n.cfg.FlushInterval)
 		return
 	}

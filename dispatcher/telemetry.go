@@ -184,12 +184,12 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			return nil
 		}))
 	must(e)
-	_, e = m.Int64ObservableGauge("keyhook.partitions.unconfirmed", metric.WithDescription("Partitions claimed by this node whose ownership lease ran out: the tracker has not confirmed the claim for the session timeout less a heartbeat (Redis unreachable, or the node was frozen), so no delivery of them starts until it confirms or refuses it."), metric.WithUnit("{partition}"),
+	_, e = m.Int64ObservableGauge("keyhook.partitions.unconfirmed", metric.WithDescription("Partitions claimed by this node whose ownership is not confirmed: the tracker has not confirmed the claim (Redis unreachable, or the node was frozen), or the group coordinator has not answered the node (Kafka unreachable), for the session timeout less a heartbeat, so no delivery of them starts until both confirm it or one refuses it."), metric.WithUnit("{partition}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, g := range n.groups() {
 				var unconfirmed int64
 				for _, w := range g.snapshotWorkers() {
-					if w.pub.claimed.Load() && !w.pub.fenced.Load() && !w.leased() {
+					if w.pub.claimed.Load() && !w.pub.fenced.Load() && !w.owned() {
 						unconfirmed++
 					}
 				}

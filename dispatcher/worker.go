@@ -359,9 +359,19 @@ func keyText(k []byte) string {
 // since is the worker's monotonic clock: the time since it was made.
 func (w *worker) since() time.Duration { return time.Since(w.born) }
 
-// leased reports whether the worker's ownership lease holds: a delivery
-// may start.
+// leased reports whether the worker's ownership lease holds: the tracker
+// confirmed the claim within it.
 func (w *worker) leased() bool { return int64(w.since()) < w.leaseEnd.Load() }
+
+// owned reports whether a delivery of the partition may start: the
+// tracker confirmed the claim within the lease, and the coordinator the
+// node's membership (group.live). Either alone can be out of date: a node
+// cut from Kafka still writes its state, one cut from Redis still
+// heartbeats.
+func (w *worker) owned() bool {
+	now := time.Now()
+	return int64(now.Sub(w.born)) < w.leaseEnd.Load() && w.g.live.confirmedAt(now)
+}
 
 // renewLease extends the lease from sent, when a write sent then was
 // accepted by the tracker.
@@ -440,7 +450,7 @@ func (w *worker) run() {
 		var send chan<- job
 		var head job
 		var sendBatch chan<- batchJob
-		leased := w.leased()
+		leased := w.owned()
 		if batching {
 			if w.offer == nil {
 				var wait time.Duration
@@ -763,7 +773,17 @@ func (w *worker) flush() {
 	noted := w.notes != w.flushedNotes
 	w.mu.Unlock()
 	live := w.m.Claimed() && !w.m.Fenced()
-	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || w.leaseRunsLow())) {
+	// While the coordinator has not confirmed the node's membership, the
+	// group may be giving the partition away: the state is written every
+	// tick, so a new owner's claim fences the attempts in flight here
+	// within a tick, not at the next change.
+	member := true
+	if live {
+		now := time.Now()
+		w.g.live.check(w.g.log, now)
+		member = w.g.live.confirmedAt(now)
+	}
+	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.leaseRunsLow())) {
 		return
 	}
 	if live && !w.leased() && !w.lapseLogged {

@@ -41,6 +41,13 @@
 #
 # Typical use:  export "$(scripts/kafka.sh start | tail -n 1)"
 #
+# A second listener, CUT, serves the fault scenarios that cut one node off
+# from Kafka: it advertises the address of a proxy that nothing runs at
+# first, so a client seeded with that address reaches the broker only
+# through the proxy the test starts there (testutil.KafkaCut), while every
+# other client uses the first listener as before. $KEYHOOK_KAFKA_DIR/cut
+# holds "<proxy address> <CUT listener address>".
+#
 # Everything but the KEYHOOK_TEST_KAFKA_BROKERS line goes to stderr, among it
 # the broker's version ("Apache Kafka 4.1.1") and the path of its log.
 set -euo pipefail
@@ -61,6 +68,7 @@ STATE="${KEYHOOK_KAFKA_DIR:-/tmp/keyhook-kafka}"
 readonly STATE
 readonly PID_FILE="$STATE/kafka.pid"
 readonly PORTS_FILE="$STATE/ports"
+readonly CUT_FILE="$STATE/cut"
 readonly BROKER_LOG="$STATE/broker.log"
 readonly JVM_LOG="$STATE/jvm.log"
 
@@ -149,33 +157,35 @@ listening_ports() {
 		while read -r hex; do printf '%d\n' "0x$hex"; done
 }
 
-# pick_ports prints two distinct free loopback ports. They come from below
+# pick_ports prints four distinct free loopback ports: the broker's, the
+# controller's, the CUT listener's and its proxy's. They come from below
 # the kernel's ephemeral range so that outgoing connections do not take them
 # between this check and the broker binding them; start retries on a clash.
 pick_ports() {
 	local used p picked=()
 	used=" $(listening_ports | tr '\n' ' ') "
-	while ((${#picked[@]} < 2)); do
+	while ((${#picked[@]} < 4)); do
 		p=$((10000 + RANDOM % 22000))
 		if [[ $used != *" $p "* && " ${picked[*]-} " != *" $p "* ]]; then
 			picked+=("$p")
 		fi
 	done
-	printf '%s %s\n' "${picked[@]}"
+	printf '%s %s %s %s\n' "${picked[@]}"
 }
 
 write_config() {
-	local broker_port=$1 controller_port=$2
+	local broker_port=$1 controller_port=$2 cut_port=$3 proxy_port=$4
 	cat >"$STATE/server.properties" <<EOF
 # Written by scripts/kafka.sh: a single KRaft node for keyhook's tests.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$broker_port
+listeners=PLAINTEXT://127.0.0.1:$broker_port,CONTROLLER://127.0.0.1:$controller_port,CUT://127.0.0.1:$cut_port
+# CUT is reached through a test's proxy: its metadata names the proxy.
+advertised.listeners=PLAINTEXT://127.0.0.1:$broker_port,CUT://127.0.0.1:$proxy_port
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CUT:PLAINTEXT
 log.dirs=$STATE/data
 num.partitions=1
 default.replication.factor=1
@@ -207,7 +217,8 @@ rootLogger.appenderRef.file.ref = FILE
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
 EOF
-	printf '%s %s\n' "$broker_port" "$controller_port" >"$PORTS_FILE"
+	printf '%s %s %s %s\n' "$broker_port" "$controller_port" "$cut_port" "$proxy_port" >"$PORTS_FILE"
+	printf '127.0.0.1:%s 127.0.0.1:%s\n' "$proxy_port" "$cut_port" >"$CUT_FILE"
 }
 
 jvm_opts() {
@@ -319,7 +330,7 @@ cmd_fetch() {
 }
 
 cmd_start() {
-	local pid started attempt rc ports broker_port controller_port cluster_id
+	local pid started attempt rc ports broker_port controller_port cut_port proxy_port cluster_id
 	started=$SECONDS
 	JAVA=$(java_bin)
 	check_java
@@ -338,8 +349,8 @@ cmd_start() {
 	cluster_id=$(new_cluster_id)
 	for attempt in 1 2 3; do
 		ports=$(pick_ports)
-		read -r broker_port controller_port <<<"$ports"
-		write_config "$broker_port" "$controller_port"
+		read -r broker_port controller_port cut_port proxy_port <<<"$ports"
+		write_config "$broker_port" "$controller_port" "$cut_port" "$proxy_port"
 		format_storage "$cluster_id"
 		rc=0
 		launch "$broker_port" || rc=$?
@@ -348,7 +359,7 @@ cmd_start() {
 			return
 		fi
 		if ((rc == 1)) && bind_clash && ((attempt < 3)); then
-			log "port $broker_port or $controller_port was taken; trying others"
+			log "port $broker_port, $controller_port or $cut_port was taken; trying others"
 			continue
 		fi
 		break
@@ -401,7 +412,7 @@ cmd_restart() {
 	JAVA=$(java_bin)
 	[[ -f $STATE/$MARKER && -f $PORTS_FILE && -d $STATE/data ]] ||
 		die "no broker state in $STATE: run scripts/kafka.sh start first"
-	read -r broker_port controller_port <"$PORTS_FILE"
+	read -r broker_port controller_port _ <"$PORTS_FILE"
 	stop_process "$signal"
 	log "stopped (SIG$signal); starting again on 127.0.0.1:$broker_port with the same data"
 	# The ports are the broker's identity for its clients: retry the same ones

@@ -305,3 +305,39 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// kafkaDirEnv names the state dir of the broker scripts/test.sh started,
+// and kafkaDefaultDir is scripts/kafka.sh's when it is unset.
+const (
+	kafkaDirEnv     = "KEYHOOK_KAFKA_DIR"
+	kafkaDefaultDir = "/tmp/keyhook-kafka"
+)
+
+// KafkaCut starts a Proxy to the CUT listener of the real broker of
+// RealKafka (see scripts/kafka.sh), at the address that listener
+// advertises, and returns it: a client seeded with its Addr reaches the
+// broker only through it, metadata included, so the test can cut that
+// one client off from Kafka while every other keeps the first listener.
+// Without the broker's state dir (KEYHOOK_KAFKA_DIR, as scripts/test.sh
+// sets it) the test is skipped, or fails when CI=true.
+func KafkaCut(t testing.TB) *Proxy {
+	t.Helper()
+	RealKafka(t)
+	dir := os.Getenv(kafkaDirEnv)
+	if dir == "" {
+		dir = kafkaDefaultDir
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cut"))
+	if err != nil {
+		msg := fmt.Sprintf("testutil: the broker has no CUT listener (%v): start it with scripts/kafka.sh and set %s to its state dir", err, kafkaDirEnv)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 2 {
+		t.Fatalf("testutil: %s/cut holds %q, want a proxy address and a listener address", dir, data)
+	}
+	return StartProxy(t, f[0], f[1])
+}

@@ -53,6 +53,9 @@ type Sink struct {
 	Latency func(d *Delivery) time.Duration
 	// Status, when set, is the status code answered for d (default 200).
 	Status func(d *Delivery) int
+	// RetryAfter, when set, is the Retry-After the sink answers d with,
+	// in whole seconds, when it does not answer 2xx; 0 sends none.
+	RetryAfter func(d *Delivery) int
 
 	srv *httptest.Server
 
@@ -183,6 +186,11 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Unlock()
+	if s.RetryAfter != nil && status/100 != 2 {
+		if secs := s.RetryAfter(d); secs > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+		}
+	}
 	w.WriteHeader(status)
 }
 

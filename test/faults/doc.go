@@ -28,9 +28,14 @@
 //
 // To run them alone:
 //
-//	export "$(KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh start | tail -n 1)"
+//	export KEYHOOK_KAFKA_DIR=/tmp/kh-faults
+//	export "$(scripts/kafka.sh start | tail -n 1)"
 //	go test -race -count=1 -run TestFault -v ./test/faults/
-//	KEYHOOK_KAFKA_DIR=/tmp/kh-faults scripts/kafka.sh stop
+//	scripts/kafka.sh stop
+//
+// The network partition scenarios (partition_test.go) reach the broker's
+// second listener through a proxy (testutil.KafkaCut): they read its
+// address from KEYHOOK_KAFKA_DIR, which must name the broker's state dir.
 //
 // Node logs are kept (their folder is printed) when a scenario fails, or
 // always with KEYHOOK_FAULTS_KEEP_LOGS=1. The nodes inherit the test's

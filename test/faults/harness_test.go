@@ -71,8 +71,11 @@ type clusterConfig struct {
 	// latency and status configure the sink; they are set before the sink
 	// serves and must be safe for concurrent use (read shared state through
 	// atomics).
-	latency func(*testutil.Delivery) time.Duration
-	status  func(*testutil.Delivery) int
+	latency    func(*testutil.Delivery) time.Duration
+	status     func(*testutil.Delivery) int
+	retryAfter func(*testutil.Delivery) int
+	// retry is the subscription's retry policy (default keyhook's).
+	retry subscription.RetryPolicy
 }
 
 // cluster is one scenario's world: N keyhook processes sharing one real
@@ -101,6 +104,9 @@ type cluster struct {
 	// counts its restarts so every process gets a name of its own.
 	slots       []*testutil.Process
 	incarnation []int
+	// extra are flags of a slot's own, after the common ones (a node
+	// that reaches Kafka or Redis through a proxy).
+	extra [][]string
 	// every process ever started, for the logs kept on failure.
 	procs []*testutil.Process
 
@@ -179,6 +185,7 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	c.sink = testutil.StartSink(t)
 	c.sink.Latency = cfg.latency
 	c.sink.Status = cfg.status
+	c.sink.RetryAfter = cfg.retryAfter
 	c.sink.SetOrigin(c.origin)
 
 	c.sub = &subscription.Subscription{
@@ -187,6 +194,7 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 		Endpoint:    subscription.Endpoint{URL: c.sink.URL},
 		MaxInFlight: cfg.maxInFlight,
 		Ordering:    subscription.OrderKey,
+		Retry:       cfg.retry,
 	}
 	subs, err := subscription.New(c.rdb, subscription.Config{})
 	if err != nil {
@@ -260,11 +268,13 @@ func (c *cluster) startNodes() {
 	}
 }
 
-// addNode starts a process in a new slot and returns the slot.
-func (c *cluster) addNode() int {
+// addNode starts a process in a new slot and returns the slot; extra
+// flags override the common ones, in this slot only.
+func (c *cluster) addNode(extra ...string) int {
 	c.t.Helper()
 	c.slots = append(c.slots, nil)
 	c.incarnation = append(c.incarnation, 0)
+	c.extra = append(c.extra, extra)
 	slot := len(c.slots) - 1
 	c.startSlot(slot)
 	return slot
@@ -275,7 +285,7 @@ func (c *cluster) startSlot(slot int) {
 	c.t.Helper()
 	c.incarnation[slot]++
 	name := fmt.Sprintf("node%d-%d", slot, c.incarnation[slot])
-	p := testutil.StartKeyhook(c.t, name, c.flags...)
+	p := testutil.StartKeyhook(c.t, name, append(slices.Clone(c.flags), c.extra[slot]...)...)
 	c.slots[slot] = p
 	c.mu.Lock()
 	c.procs = append(c.procs, p)

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/internal/demo"
+	"github.com/keyhook/keyhook/internal/testutil"
 )
 
 // Deadlines of the browser test: CI runs it on two loaded cores, so each
@@ -131,7 +132,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	}()
 	banner := regexp.MustCompile(`kafka    (\S+) .*\n  redis    (\S+) .*\n  api      (http://\S+)\n(?s:.*)token    (kh_[A-Za-z0-9_-]{43}) \(admin\)`)
 	var m []string
-	waitFor(t, browserWait, "keyhook dev prints its banner", func() bool {
+	testutil.WaitFor(t, browserWait, "keyhook dev prints its banner", func() bool {
 		m = banner.FindStringSubmatch(out.String())
 		return m != nil
 	})
@@ -147,7 +148,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 
 	client := &apiCaller{t: t, base: base}
 	var demoID string
-	waitFor(t, browserWait, "the demo subscription exists", func() bool {
+	testutil.WaitFor(t, browserWait, "the demo subscription exists", func() bool {
 		var list struct {
 			Items []struct{ ID, Name string } `json:"items"`
 		}
@@ -274,7 +275,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.run(tab, "select it and redrive", chromedp.Click(chromedp.CSS(`#dead-letters tbody input[type=checkbox]`)),
 		chromedp.Click(chromedp.CSS("#redrive-selected")), chromedp.Click(chromedp.CSS("dialog #confirm")))
 	b.until(tab, "the console says it was queued", `document.querySelector('#redrive-result').textContent.startsWith('1 dead letter queued')`)
-	waitFor(t, browserWait, "the redriven record is delivered", func() bool { return endpoint.deliveredCount() == 1 })
+	testutil.WaitFor(t, browserWait, "the redriven record is delivered", func() bool { return endpoint.deliveredCount() == 1 })
 
 	// A test delivery: the endpoint's answer, HTML too, is text.
 	b.run(tab, "open the xss subscription", chromedp.Click(chromedp.CSS("#sub-link")))
@@ -445,17 +446,4 @@ func (c *apiCaller) call(token, method, path, body string, into any) int {
 		c.t.Logf("%s %s = %d %s", method, path, resp.StatusCode, data)
 	}
 	return resp.StatusCode
-}
-
-// waitFor polls cond every 20 ms until it holds, failing the test after
-// timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -247,6 +247,25 @@ func toDeadLetter(r *kgo.Record) subscription.DeadLetter {
 			dl.KeyBase64 = base64.StdEncoding.EncodeToString(r.Key)
 		}
 	}
+	dl.ValueSize = len(r.Value)
+	if dropped, err := strconv.Atoi(Header(r, HeaderValueDropped)); err == nil {
+		dl.ValueSize, dl.ValueDropped = dropped, true
+	}
+	if v := r.Value; len(v) > 0 {
+		if len(v) > subscription.DeadLetterValueExcerpt {
+			v, dl.ValueTruncated = v[:subscription.DeadLetterValueExcerpt], true
+			// An excerpt cut inside a character is still text: the
+			// partial character goes, not the whole excerpt.
+			for i := 0; i < utf8.UTFMax && len(v) > 0 && !utf8.Valid(v); i++ {
+				v = v[:len(v)-1]
+			}
+		}
+		if utf8.Valid(v) {
+			dl.Value = string(v)
+		} else {
+			dl.ValueBase64 = base64.StdEncoding.EncodeToString(v)
+		}
+	}
 	for _, h := range original(r) {
 		if dl.Headers == nil {
 			dl.Headers = map[string]string{}

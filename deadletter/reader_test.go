@@ -2,12 +2,15 @@ package deadletter_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -193,5 +196,48 @@ func TestForgedDeadLetterHeadersDoNotMakeARecordAnotherSubscriptions(t *testing.
 	}
 	if len(pageA.Items) != 1 || pageA.Items[0].ID != dispatcher.DeliveryID(subA.ID, "orders", 0, 0) || pageA.Items[0].Topic != "orders" {
 		t.Errorf("A lists %+v, want its one dead letter of orders/0/0", pageA.Items)
+	}
+}
+
+// A listing shows what the endpoint refused: the value as text when it is
+// UTF-8, else in base64, cut to an excerpt (never inside a character) for
+// a long one, with the whole value's size.
+func TestDeadLettersCarryAnExcerptOfTheValue(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "dlv")
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	sink.Status = func(*testutil.Delivery) int { return http.StatusUnprocessableEntity }
+	long := "a" + strings.Repeat("é", subscription.DeadLetterValueExcerpt) // 2 bytes each: the cut falls inside one
+	values := []string{"<img src=x onerror=alert(2)>", "\xff\xfe\x00binary", long}
+	produce(t, brokers, "dlv", nil, values...)
+	store, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &subscription.Subscription{Name: "dlv", Topics: []string{"dlv"}, Endpoint: subscription.Endpoint{URL: sink.URL}, MaxInFlight: 8}
+	if err := store.Create(context.Background(), sub); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, brokers, rdb, store)
+	testutil.WaitCommitted(t, newAdminClient(t, brokers), sub.GroupID(), map[int32]int64{0: 3}, 30*time.Second)
+	page, err := newReader(t, brokers, rdb).DeadLetters(context.Background(), sub, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOffset := map[int64]subscription.DeadLetter{}
+	for _, d := range page.Items {
+		byOffset[d.Offset] = d
+	}
+	if d := byOffset[0]; d.Value != values[0] || d.ValueBase64 != "" || d.ValueSize != len(values[0]) || d.ValueTruncated {
+		t.Errorf("text value: %+v; want it as text, whole", d)
+	}
+	if d := byOffset[1]; d.Value != "" || d.ValueBase64 != base64.StdEncoding.EncodeToString([]byte(values[1])) || d.ValueSize != len(values[1]) {
+		t.Errorf("binary value: %+v; want it in base64", d)
+	}
+	d := byOffset[2]
+	if !d.ValueTruncated || d.ValueSize != len(long) || !utf8.ValidString(d.Value) ||
+		len(d.Value) != subscription.DeadLetterValueExcerpt-1 || !strings.HasPrefix(long, d.Value) {
+		t.Errorf("long value: %d bytes of excerpt, truncated %v, size %d, valid UTF-8 %v; want the first %d bytes less the cut character, of %d",
+			len(d.Value), d.ValueTruncated, d.ValueSize, utf8.ValidString(d.Value), subscription.DeadLetterValueExcerpt-1, len(long))
 	}
 }

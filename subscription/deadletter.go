@@ -11,6 +11,10 @@ const (
 	MaxDeadLetterLimit = 1000
 	// MaxRedriveIDs is the most dead letters one redrive may name.
 	MaxRedriveIDs = 1000
+	// DeadLetterValueExcerpt is how much of a dead letter's value a
+	// listing carries: enough to see what an endpoint refused, while a
+	// page of large records stays a few MiB.
+	DeadLetterValueExcerpt = 8 << 10
 )
 
 // DeadLetter is one record of a subscription's dead-letter topic: a
@@ -41,6 +45,16 @@ type DeadLetter struct {
 	LastAttempt  time.Time `json:"last_attempt"`
 	// Headers are the source record's own headers, as text.
 	Headers map[string]string `json:"headers,omitempty"`
+	// Value is the first DeadLetterValueExcerpt bytes of the record value
+	// when they are UTF-8 text, else ValueBase64 is their standard base64.
+	// ValueSize is the whole value's length; ValueTruncated says the
+	// excerpt is shorter. A value too large for the dead-letter topic was
+	// dropped there (ValueDropped), and only its size is known.
+	Value          string `json:"value,omitempty"`
+	ValueBase64    string `json:"value_base64,omitempty"`
+	ValueSize      int    `json:"value_size"`
+	ValueTruncated bool   `json:"value_truncated,omitempty"`
+	ValueDropped   bool   `json:"value_dropped,omitempty"`
 }
 
 // DeadLetterPage is one page of a subscription's dead letters, oldest

@@ -271,6 +271,8 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		`document.querySelector('#dead-letters tbody tr[data-id] td.key')?.textContent === `+js(xssKey))
 	b.run(tab, "open its headers", chromedp.Click(chromedp.CSS(`#dead-letters tbody tr[data-id] summary`)))
 	b.until(tab, "its header shows as text", `document.querySelector('#dead-letters dl.headers dd').textContent === `+js(xssHeader))
+	b.run(tab, "open its value", chromedp.Click(chromedp.CSS(`#dead-letters tbody tr[data-id] summary[data-focus^="value "]`)))
+	b.until(tab, "its value shows as text", `document.querySelector('#dead-letters pre.body')?.textContent === `+js(xssBody))
 	shots.take(tab, "dead-letters.png")
 	b.run(tab, "select it and redrive", chromedp.Click(chromedp.CSS(`#dead-letters tbody input[type=checkbox]`)),
 		chromedp.Click(chromedp.CSS("#redrive-selected")), chromedp.Click(chromedp.CSS("dialog #confirm")))

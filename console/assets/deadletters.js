@@ -12,7 +12,7 @@ export function deadLettersPage(ctx) {
   const [id] = ctx.params;
   const canWrite = ctx.session.canWrite;
   const selected = new Set();
-  const opened = new Set(); // dead letters whose headers are shown
+  const opened = new Set(); // the dead letters' headers and values shown
   let items = [];
   let cursor = '';
   let name = id;
@@ -26,7 +26,7 @@ export function deadLettersPage(ctx) {
     h('span', {}, h('label', { for: 'f-partition' }, 'Partition'), fPart),
     h('span', {}, h('label', { for: 'f-key' }, 'Key contains'), fKey),
     h('span', {}, h('label', { for: 'f-answer' }, 'Status or error contains'), fAnswer));
-  const cols = ['Source', 'Key', 'Last answer', 'Attempts', 'Last attempt', 'Headers'];
+  const cols = ['Source', 'Key', 'Last answer', 'Attempts', 'Last attempt', 'Headers', 'Value'];
   const list = table('Dead letters, oldest first', canWrite ? ['Select', ...cols] : cols, { id: 'dead-letters' });
   const more = h('button', { type: 'button', id: 'more', hidden: true, onclick: loadMore }, 'Load more');
   const redriveSel = h('button', { type: 'button', id: 'redrive-selected', disabled: true, onclick: () => redrive(false) }, 'Redrive selected');
@@ -41,7 +41,7 @@ export function deadLettersPage(ctx) {
     filters,
     list.el,
     more,
-    h('p', { class: 'muted' }, 'The API lists each dead letter\'s source record, key, headers and last answer; the record body stays in the dead-letter topic.'));
+    h('p', { class: 'muted' }, 'Each dead letter shows its source record, key, last answer, headers and the first 8 KiB of its value.'));
 
   // details keeps a dead letter's headers open across refreshes.
   function details(id, ...children) {
@@ -51,6 +51,17 @@ export function deadLettersPage(ctx) {
       else opened.delete(id);
     });
     return el;
+  }
+
+  // value shows a dead letter's value excerpt, as text or base64, behind
+  // a summary saying its size.
+  function value(d) {
+    if (d.value_dropped) return 'dropped (' + num(d.value_size) + ' bytes)';
+    if (!d.value && !d.value_base64) return d.value_size ? num(d.value_size) + ' bytes' : 'empty';
+    const size = num(d.value_size) + (d.value_size === 1 ? ' byte' : ' bytes') + (d.value_base64 ? ', base64' : '') + (d.value_truncated ? ', first 8 KiB' : '');
+    return details('value ' + d.id,
+      h('summary', { 'data-focus': 'value ' + d.id }, size),
+      h('pre', { class: 'body' }, d.value || d.value_base64));
   }
 
   function matches(d) {
@@ -77,6 +88,7 @@ export function deadLettersPage(ctx) {
         h('td', {}, headers.length === 0 ? '—' : details(d.id,
           h('summary', { 'data-focus': 'headers ' + d.id }, headers.length + (headers.length === 1 ? ' header' : ' headers')),
           h('dl', { class: 'headers' }, headers.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])))),
+        h('td', {}, value(d)),
       ];
       if (canWrite) {
         const box = h('input', { type: 'checkbox', id: 'sel-' + d.id, 'data-focus': 'select ' + d.id, 'aria-label': 'Select ' + d.id, checked: selected.has(d.id) });

@@ -178,3 +178,22 @@ func checkDelivered(t *testing.T, sink *testutil.Sink, topic string, ends map[in
 		}
 	}
 }
+
+// startsAround sorts the requests the sink saw by when they started after
+// t0: within counts those that started between from and to (retries
+// counts the later attempts among them), late names those that started
+// after late.
+func startsAround(sink *testutil.Sink, t0 time.Time, from, to, late time.Duration) (within, retries int, after []string) {
+	for _, d := range sink.Deliveries() {
+		switch at := d.Start.Sub(t0); {
+		case at > from && at < to:
+			within++
+			if d.Attempt > 1 {
+				retries++
+			}
+		case at > late:
+			after = append(after, fmt.Sprintf("%d@%d attempt %d at +%v", d.Partition, d.Offset, d.Attempt, at.Round(time.Millisecond)))
+		}
+	}
+	return within, retries, after
+}

@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -61,19 +60,7 @@ func TestNoDeliveryStartsOnceTheCoordinatorStopsAnswering(t *testing.T) {
 	// still on a loaded machine under -race (as in the lease's test).
 	const slack = 300 * time.Millisecond
 	time.Sleep(testLease + 2*time.Second)
-	var within, retriesWithin int
-	var after []string
-	for _, d := range sink.Deliveries() {
-		switch at := d.Start.Sub(cutAt); {
-		case at > time.Second && at < testLease-testSession/5-slack:
-			within++
-			if d.Attempt > 1 {
-				retriesWithin++
-			}
-		case at > testLease+slack:
-			after = append(after, fmt.Sprintf("%d@%d attempt %d at +%v", d.Partition, d.Offset, d.Attempt, at.Round(time.Millisecond)))
-		}
-	}
+	within, retriesWithin, after := startsAround(sink, cutAt, time.Second, testLease-testSession/5-slack, testLease+slack)
 	stuck := unconfirmed()
 	proxy.Pass()
 	failing.Store(false)

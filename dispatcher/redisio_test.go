@@ -176,19 +176,7 @@ func TestNoDeliveryStartsOnceTheOwnershipLeaseRunsOut(t *testing.T) {
 	// later still on a loaded machine under -race.
 	const slack = 300 * time.Millisecond
 	time.Sleep(lease + 2*time.Second)
-	var within, retriesWithin int
-	var after []string
-	for _, d := range sink.Deliveries() {
-		switch at := d.Start.Sub(pausedAt); {
-		case at > 2*time.Second && at < lease-slack:
-			within++
-			if d.Attempt > 1 {
-				retriesWithin++
-			}
-		case at > lease+slack:
-			after = append(after, fmt.Sprintf("%d@%d attempt %d at +%v", d.Partition, d.Offset, d.Attempt, at.Round(time.Millisecond)))
-		}
-	}
+	within, retriesWithin, after := startsAround(sink, pausedAt, 2*time.Second, lease-slack, lease+slack)
 	srv.Continue()
 	failing.Store(false)
 	t.Logf("requests started while Redis hung: %d (%d retries) from 2 s to the lease's end, %d after it", within, retriesWithin, len(after))

@@ -235,7 +235,7 @@ func exerciseStores(t *testing.T, rdb redis.UniversalClient, partitions int32, b
 		if err := store.FlushRanges(ctx, []tracking.PartitionFlush{{Key: pk, Flush: f}})[0].Err; err != nil {
 			t.Fatalf("flush %s: %v", pk, err)
 		}
-		if err := store.Release(ctx, pk, claim.Epoch); err != nil {
+		if err := store.ReleaseMany(ctx, []tracking.PartitionRelease{{Key: pk, Epoch: claim.Epoch}})[0]; err != nil {
 			t.Fatalf("release %s: %v", pk, err)
 		}
 	}

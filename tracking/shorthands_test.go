@@ -28,3 +28,12 @@ func (s *Store) FlushMany(ctx context.Context, fs []PartitionFlush) []error {
 	}
 	return errs
 }
+
+// Release releases every range of pk's claim of epoch, as a node's
+// handover does through ReleaseMany: the ranges keep their watermarks and the claim's acked
+// offsets for the next owner. It returns ErrFenced when a newer claim took
+// some of its ranges, and ErrStateLost when pk's key is gone; nothing is
+// written then.
+func (s *Store) Release(ctx context.Context, pk PartitionKey, epoch int64) error {
+	return s.ReleaseMany(ctx, []PartitionRelease{{Key: pk, Epoch: epoch}})[0]
+}

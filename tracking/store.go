@@ -499,15 +499,6 @@ func flushGroups(rdb redis.UniversalClient, keys []string) [][]int {
 	return groups
 }
 
-// Release gives up every range of pk's claim of epoch after a graceful
-// handover: the ranges keep their watermarks and the claim's acked
-// offsets for the next owner. It returns ErrFenced when a newer claim took
-// some of its ranges, and ErrStateLost when pk's key is gone; nothing is
-// written then.
-func (s *Store) Release(ctx context.Context, pk PartitionKey, epoch int64) error {
-	return s.ReleaseMany(ctx, []PartitionRelease{{Key: pk, Epoch: epoch}})[0]
-}
-
 // ReleaseRanges gives up part of pk's claim of epoch after its owner
 // drained those ranges (answered what was in flight, flushed its acks):
 // they keep their watermarks and the claim's acked offsets for the next

@@ -157,7 +157,7 @@ func trackingDelete(t *testing.T, ctx context.Context, rdb redis.UniversalClient
 		if err != nil {
 			t.Fatalf("claim %s: %v", pk, err)
 		}
-		if err := store.Release(ctx, pk, c.Epoch); err != nil {
+		if err := store.ReleaseMany(ctx, []tracking.PartitionRelease{{Key: pk, Epoch: c.Epoch}})[0]; err != nil {
 			t.Fatalf("release %s: %v", pk, err)
 		}
 	}

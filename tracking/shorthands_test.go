@@ -3,7 +3,7 @@ package tracking
 import "context"
 
 // The tests' shorthands for one partition, over the entry points the
-// dispatcher uses (ClaimRanges, FlushRanges).
+// dispatcher uses (ClaimRanges, FlushRanges, ReleaseMany).
 
 // Claim claims the whole of pk, not knowing its topic ID.
 func (s *Store) Claim(ctx context.Context, pk PartitionKey, owner string, generation int32) (Claim, error) {
@@ -30,8 +30,8 @@ func (s *Store) FlushMany(ctx context.Context, fs []PartitionFlush) []error {
 }
 
 // Release releases every range of pk's claim of epoch, as a node's
-// handover does through ReleaseMany: the ranges keep their watermarks and the claim's acked
-// offsets for the next owner. It returns ErrFenced when a newer claim took
+// handover does through ReleaseMany: the ranges keep their watermarks
+// and the claim's acked offsets for the next owner. It returns ErrFenced when a newer claim took
 // some of its ranges, and ErrStateLost when pk's key is gone; nothing is
 // written then.
 func (s *Store) Release(ctx context.Context, pk PartitionKey, epoch int64) error {

@@ -28,6 +28,14 @@ import (
 // cliStatus answers every status request with one busy partition.
 type cliStatus struct{}
 
+// Keys answers the listing of keys not flowing with one retrying key.
+func (cliStatus) Keys(_ context.Context, s *subscription.Subscription, _ subscription.KeysQuery) (*subscription.KeyList, error) {
+	return &subscription.KeyList{SubscriptionID: s.ID, Keys: []subscription.StalledKey{
+		{Topic: s.Topics[0], Partition: 0, Owner: "node-a", Key: "order-7", Offset: 41, State: subscription.KeyRetrying,
+			AgeMS: 125_000, Attempts: 6, LastStatus: 503, Behind: 10},
+	}}, nil
+}
+
 func (cliStatus) Status(_ context.Context, s *subscription.Subscription) (*subscription.Status, error) {
 	age, parkedAge := int64(1500), int64(95_000)
 	next := time.Now().Add(30 * time.Second)
@@ -105,7 +113,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	h, err := api.NewRouter(api.Dependencies{
 		Store: subs, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
-		Seeker: admin, Starts: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
+		Seeker: admin, Starts: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens, Keys: cliStatus{},
 	}, api.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

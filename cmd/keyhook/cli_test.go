@@ -248,6 +248,12 @@ func TestSubscriptionsCLIRoundTrip(t *testing.T) {
 		t.Errorf("status -o json = %+v, %v", st, err)
 	}
 
+	// The keys not flowing, one row each.
+	out = e.mustRun(t, "subscriptions", "keys", id, "--state", "retrying")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if diff := cmp.Diff([]string{"orders", "0", `"order-7"`, "41", "retrying", "2m5s", "6", "503", "10", "0", "node-a"}, columns(lines[1])); diff != "" {
+		t.Errorf("keys row (-want +got):\n%s\n%s", diff, out)
+	}
 	if out := e.mustRun(t, "subscriptions", "delete", id); strings.TrimSpace(out) != "deleted "+id {
 		t.Errorf("delete: %q", out)
 	}

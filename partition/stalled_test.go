@@ -135,3 +135,33 @@ func TestStalledListsAKeyWhoseRecordsAreAllParked(t *testing.T) {
 			viewStalled(got), total, "s", m.Parked(), m.Watermark())
 	}
 }
+
+// BenchmarkStalledOverAFullWindow measures one build of the list over
+// the default window of 10,000 records of distinct keys, 256 out: the
+// dispatcher builds it at most once a second per partition.
+func BenchmarkStalledOverAFullWindow(b *testing.B) {
+	now := time.Unix(1000, 0)
+	m, err := New[string](Config{MaxWindow: 10000, Clock: func() time.Time { return now }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Claim(nil)
+	rs := make([]Record[string], 10000)
+	for i := range rs {
+		rs[i] = Record[string]{Offset: int64(i), Key: []byte("key-" + itoa(i)), Size: 10}
+	}
+	m.Offer(rs)
+	for range 256 {
+		if err := m.Dispatch(m.Peek()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slow := now.Add(time.Second) // every record out counts as slow
+	none := func(*Entry[string]) bool { return false }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, total := m.Stalled(100, slow, none); total != 256 {
+			b.Fatalf("total %d, want 256", total)
+		}
+	}
+}

@@ -29,7 +29,7 @@ func TestEveryV1RouteNeedsAValidTokenWithItsScope(t *testing.T) {
 	e := newEnv(t)
 	sub := e.create(t, validBody)
 	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
-		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens}, Config{})
+		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens, Keys: e.keys}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/control"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -66,6 +68,34 @@ func (f *fakeStatus) askedIDs() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.asked...)
+}
+
+// fourPartitions says every topic has partitions 0 to 3, or fails with
+// err.
+type fourPartitions struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *fourPartitions) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *fourPartitions) Partitions(_ context.Context, topics []string) ([]tracking.PartitionKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	var out []tracking.PartitionKey
+	for _, topic := range topics {
+		for p := range int32(4) {
+			out = append(out, tracking.PartitionKey{Topic: topic, Partition: p})
+		}
+	}
+	return out, nil
 }
 
 // fakeStarts stands in for control.StartResolver: it records the
@@ -212,7 +242,12 @@ type env struct {
 	starts *fakeStarts
 	dead   *fakeDeadLetters
 	clean  *fakeCleanup
-	log    *lockedBuffer
+	// tracker is the real tracking store the keys are read from, over
+	// four partitions of every topic.
+	tracker *tracking.Store
+	keys    *control.KeyReader
+	parts   *fourPartitions
+	log     *lockedBuffer
 	// ready holds the error each fake readiness check returns.
 	readyMu sync.Mutex
 	ready   map[string]error
@@ -257,6 +292,11 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.nodes = reg
+	if e.tracker, err = tracking.New(rdb, tracking.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	e.parts = &fourPartitions{}
+	e.keys = control.NewKeyReaderOver(e.parts, e.tracker)
 	store := e.store
 	if o.brokenStore {
 		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
@@ -311,7 +351,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	}
 	h, err := NewRouter(Dependencies{
 		Store: store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
-		DeadLetters: e.dead, Tester: tester, Nodes: reg, Auth: e.tokens, Cleanup: e.clean,
+		DeadLetters: e.dead, Tester: tester, Nodes: reg, Auth: e.tokens, Cleanup: e.clean, Keys: e.keys,
 	}, cfg)
 	if err != nil {
 		t.Fatal(err)

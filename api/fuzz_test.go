@@ -21,7 +21,7 @@ import (
 func fuzzRouter(f *testing.F) (*env, http.Handler) {
 	e := newEnv(f)
 	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
-		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens},
+		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens, Keys: e.keys},
 		Config{MaxBodyBytes: 4096, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.Fatal(err)

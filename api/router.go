@@ -125,6 +125,7 @@ type Dependencies struct {
 	Tester      Tester
 	Nodes       NodeLister
 	Auth        Authenticator
+	Keys        KeySource
 	// Cleanup, when not nil, is scheduled after each DELETE; without it a
 	// deleted subscription's state stays in Redis and Kafka.
 	Cleanup Cleanup
@@ -138,7 +139,7 @@ func (d Dependencies) validate() error {
 	}{
 		{"Store", d.Store == nil}, {"URLs", d.URLs == nil}, {"Status", d.Status == nil},
 		{"Seeker", d.Seeker == nil}, {"Starts", d.Starts == nil}, {"DeadLetters", d.DeadLetters == nil}, {"Tester", d.Tester == nil},
-		{"Nodes", d.Nodes == nil}, {"Auth", d.Auth == nil},
+		{"Nodes", d.Nodes == nil}, {"Auth", d.Auth == nil}, {"Keys", d.Keys == nil},
 	} {
 		if f.nil {
 			missing = append(missing, f.name)
@@ -191,6 +192,7 @@ type Config struct {
 //	POST   /v1/subscriptions/{id}/seek                     move the consumer group
 //	POST   /v1/subscriptions/{id}/signing/rotate           new signing secret, old ones overlap
 //	GET    /v1/subscriptions/{id}/status                   delivery status per partition
+//	GET    /v1/subscriptions/{id}/keys                     keys not flowing (?state=&topic=&partition=&limit=)
 //	POST   /v1/subscriptions/{id}/test                     one synthetic delivery
 //	GET    /v1/subscriptions/{id}/dead-letters             dead letters, paged
 //	POST   /v1/subscriptions/{id}/dead-letters/redrive     deliver dead letters again
@@ -264,6 +266,7 @@ func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
 	write.Post("/v1/subscriptions/{id}/seek", h.seek)
 	write.Post("/v1/subscriptions/{id}/signing/rotate", h.rotateSigning)
 	read.Get("/v1/subscriptions/{id}/status", h.getStatus)
+	read.Get("/v1/subscriptions/{id}/keys", h.keys)
 	write.Post("/v1/subscriptions/{id}/test", h.test)
 	read.Get("/v1/subscriptions/{id}/dead-letters", h.deadLetters)
 	write.Post("/v1/subscriptions/{id}/dead-letters/redrive", h.redrive)

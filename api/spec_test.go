@@ -24,6 +24,7 @@ import (
 	"github.com/keyhook/keyhook/console"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
 )
 
 // specPath is the contract, at the repository root.
@@ -55,7 +56,7 @@ func specRouter(t *testing.T) http.Handler {
 	t.Helper()
 	e := newEnvWith(t, envOptions{config: func(c *Config) { c.Metrics = http.NotFoundHandler() }})
 	h, err := NewRouter(Dependencies{Store: e.store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
-		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens}, Config{Metrics: http.NotFoundHandler()})
+		DeadLetters: e.dead, Tester: &WebhookTester{}, Nodes: e.nodes, Auth: e.tokens, Keys: e.keys}, Config{Metrics: http.NotFoundHandler()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,6 +362,12 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	c.send(e, req{method: "POST", path: id + "/seek", token: e.writer, header: jsonCT, body: goodBody["POST /v1/subscriptions/{id}/seek"]}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/seek", token: e.writer, header: jsonCT, body: `{"to":"timestamp","timestamp":"2030-01-02T03:04:05.5Z"}`}, 200, true)
 	c.send(e, req{method: "GET", path: id + "/status", token: e.reader}, 200, true)
+	now := time.Now()
+	flushKeys(t, e, sub.ID, sub.Topics[0], 0, "node-a", tracking.StalledKeys{Keys: []tracking.StalledKey{
+		{Key: "k", Offset: 3, State: "retrying", Since: now, Dispatched: now, Attempts: 2, LastStatus: 503, LastError: "503", NextAttempt: now.Add(time.Minute), Behind: 1},
+		{KeyBase64: "AAE=", KeyTruncated: true, Offset: 4, State: "parked", Since: now, Behind: 9, Parked: 9},
+	}, Total: 2})
+	c.send(e, req{method: "GET", path: id + "/keys?state=parked,retrying&partition=0&limit=10", token: e.reader}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/test", token: e.writer, header: jsonCT, body: goodBody["POST /v1/subscriptions/{id}/test"]}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/test", token: e.writer}, 200, true)
 	c.send(e, req{method: "GET", path: id + "/dead-letters?limit=10", token: e.reader}, 200, true)
@@ -382,6 +389,7 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		{method: "POST", path: id + "/signing/rotate", body: `{"overlap_seconds":-1}`},
 		{method: "POST", path: id + "/test", body: `{"value":`},
 		{method: "GET", path: id + "/dead-letters?limit=0"},
+		{method: "GET", path: id + "/keys?state=stuck"},
 		{method: "POST", path: id + "/dead-letters/redrive", body: `{}`},
 	} {
 		r.token = e.admin
@@ -404,6 +412,9 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	unavailable := fmt.Errorf("%w: COORDINATOR_NOT_AVAILABLE", subscription.ErrUnavailable)
 	e.status.set(nil, unavailable)
 	c.send(e, req{method: "GET", path: id + "/status", token: e.reader}, 503, false)
+	e.parts.fail(unavailable)
+	c.send(e, req{method: "GET", path: id + "/keys", token: e.reader}, 503, false)
+	e.parts.fail(nil)
 	e.status.set(statusFixture(sub.ID), nil)
 	e.seeker.err = unavailable
 	c.send(e, req{method: "POST", path: id + "/seek", token: e.writer, header: jsonCT, body: `{"to":"latest"}`}, 503, false)

@@ -240,7 +240,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		}
 		handler, err := api.NewRouter(api.Dependencies{
 			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, Starts: starts, DeadLetters: a.deadLetters,
-			Tester: tester, Nodes: a.registry, Auth: a.tokens, Cleanup: a.cleaner,
+			Tester: tester, Nodes: a.registry, Auth: a.tokens, Cleanup: a.cleaner, Keys: control.NewKeyReader(adm, a.tracker),
 		}, api.Config{
 			Logger:        log,
 			Metrics:       a.tel.Metrics,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -240,13 +239,7 @@ func toDeadLetter(r *kgo.Record) subscription.DeadLetter {
 	dl.Attempts, _ = strconv.Atoi(Header(r, HeaderAttempts))
 	dl.FirstAttempt, _ = time.Parse(time.RFC3339Nano, Header(r, HeaderFirstAttempt))
 	dl.LastAttempt, _ = time.Parse(time.RFC3339Nano, Header(r, HeaderLastAttempt))
-	if r.Key != nil {
-		if utf8.Valid(r.Key) && !strings.ContainsFunc(string(r.Key), func(c rune) bool { return c < 0x20 || c == 0x7f }) {
-			dl.Key = string(r.Key)
-		} else {
-			dl.KeyBase64 = base64.StdEncoding.EncodeToString(r.Key)
-		}
-	}
+	dl.Key, dl.KeyBase64 = subscription.KeyText(r.Key)
 	dl.ValueSize = len(r.Value)
 	if dropped, err := strconv.Atoi(Header(r, HeaderValueDropped)); err == nil {
 		dl.ValueSize, dl.ValueDropped = dropped, true

@@ -159,6 +159,8 @@ type worker struct {
 	guardNext time.Time
 	// lapseLogged: the lease's lapse was logged; its renewal is too.
 	lapseLogged bool
+	// keys is what the flushes wrote of the keys not flowing (keys.go).
+	keys keyList
 
 	// born is the worker's monotonic time base, and leaseEnd, in ns since
 	// born, when its ownership lease ends: the send time of the last claim
@@ -813,6 +815,7 @@ func (w *worker) flushReq() flushReq {
 		InFlight:  int64(s.InFlight),
 		Keys:      int64(s.Keys),
 		Oldest:    s.Oldest,
+		Stalled:   w.keys.next(w, w.epoch, time.Now()),
 	}
 	s.Acked = nil
 	return flushReq{w: w, f: f, snap: s, notes: notes, sent: w.since()}
@@ -821,6 +824,7 @@ func (w *worker) flushReq() flushReq {
 // flushed applies the outcome of a flush.
 func (w *worker) flushed(r flushResult) {
 	w.flushing = false
+	w.keys.flushed(r.err == nil)
 	w.wakeHandover()
 	if w.m.Fenced() {
 		return

@@ -45,4 +45,5 @@
 //	batch.go      batch assembly
 //	inject.go     records that are not offsets of the partition
 //	ready.go      the ready queue, oldest first
+//	stalled.go    the keys whose records do not flow, a read-only view
 package partition

@@ -17,7 +17,7 @@ import (
 //   - partition-wide: epoch, committed, topicid and pieces;
 //   - per claim, named "c:<epoch>:<name>" (claimField): owner, gen,
 //     ranges, acked, fetched, pending, inflight, keys, oldest, claimed,
-//     updated;
+//     updated, holding, stalled;
 //   - legacy: the per-claim names without a prefix, written by releases
 //     before range claims, when one owner held the whole partition. A
 //     HASH holding gen at the top is of that layout and reads as one
@@ -40,6 +40,7 @@ const (
 	fieldPieces    = "pieces"    // the index of pieces, see encodePieces
 	fieldRanges    = "ranges"    // the hash ranges a claim declares (keyrange.Set.String)
 	fieldHolding   = "holding"   // JSON of the record holding the claim's watermark (Holding), "" none
+	fieldStalled   = "stalled"   // JSON of the claim's keys not flowing (StalledKeys), absent none
 )
 
 // partitionFields are the partition-wide fields of the current layout.
@@ -47,7 +48,7 @@ var partitionFields = []string{fieldEpoch, fieldCommitted, fieldTopicID, fieldPi
 
 // claimFields are the names of a claim's fields (claimField).
 var claimFields = []string{fieldOwner, fieldGen, fieldRanges, fieldAcked, fieldFetched, fieldPending, fieldInFlight,
-	fieldKeys, fieldOldest, fieldClaimed, fieldUpdated, fieldHolding}
+	fieldKeys, fieldOldest, fieldClaimed, fieldUpdated, fieldHolding, fieldStalled}
 
 // claimPrefix starts the fields of one claim: "c:<epoch>:".
 const claimPrefix = "c:"

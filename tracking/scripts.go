@@ -42,6 +42,7 @@ var scriptFields = [][2]string{
 	{"keys", fieldKeys},
 	{"oldest", fieldOldest},
 	{"holding", fieldHolding},
+	{"stalled", fieldStalled},
 	{"claimed", fieldClaimed},
 	{"updated", fieldUpdated},
 	{"topicid", fieldTopicID},
@@ -102,10 +103,10 @@ end
 -- The lists of fields are built on demand: a table built on every run
 -- would cost the hot flush for nothing.
 local function claimnames()
-	return {F.owner, F.gen, F.ranges, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated, F.holding}
+	return {F.owner, F.gen, F.ranges, F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.claimed, F.updated, F.holding, F.stalled}
 end
 local function offsetnames()
-	return {F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.holding}
+	return {F.acked, F.fetched, F.pending, F.inflight, F.keys, F.oldest, F.holding, F.stalled}
 end
 local function cf(e, name)
 	return F.claim .. e .. ":" .. name
@@ -424,6 +425,8 @@ return {"ok"}
 // ARGV[9] -> dispatch time of the oldest pending record, unix ms (0 none)
 // ARGV[10] -> keys with a record in flight or queued
 // ARGV[11] -> the record holding the watermark (Holding as JSON), "" none
+// ARGV[12] -> the claim's keys not flowing (StalledKeys as JSON), "" keeps
+// the stored ones: the list changes seldom, and is written when it does
 //
 // Output:
 // {"ok", merged watermark, committed mirror}
@@ -432,7 +435,7 @@ return {"ok"}
 var flushCmd = newScript(flushFuncLua + `return flush(KEYS[1], ARGV, servertime)`)
 
 // flushArgs is the number of ARGV of one partition's flush.
-const flushArgs = 11
+const flushArgs = 12
 
 // flushRoundCmd is flushCmd over several partitions of one round, in one
 // call: a node's round costs one command and one TIME, however many
@@ -444,7 +447,7 @@ const flushArgs = 11
 // Input:
 // KEYS[i] -> the tracking HASH of the round's i-th partition
 // --
-// ARGV[(i-1)*11 + 1 .. i*11] -> the i-th partition's ARGV of flushCmd
+// ARGV[(i-1)*12 + 1 .. i*12] -> the i-th partition's ARGV of flushCmd
 //
 // Output:
 // {reply of flushCmd for KEYS[1], ..., for KEYS[n]}, and for a partition
@@ -452,7 +455,7 @@ const flushArgs = 11
 var flushRoundCmd = newScript(flushFuncLua + flushRoundLua)
 
 // flushFuncLua declares flush(key, a, clock), the body of flushCmd over
-// one key: a holds the eleven arguments flushCmd documents, clock answers
+// one key: a holds the twelve arguments flushCmd documents, clock answers
 // the server time in ms (servertime, or the round's one reading).
 const flushFuncLua = `
 local function flush(key, a, clock)
@@ -503,6 +506,9 @@ local function flush(key, a, clock)
 		pre .. F.holding, a[11],
 		pre .. F.keys, a[10],
 		pre .. F.updated, string.format("%d", now))
+	if a[12] ~= "" then
+		redis.call("HSET", key, pre .. F.stalled, a[12])
+	end
 	return {"ok", merged, committed}
 end
 `

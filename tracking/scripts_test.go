@@ -40,7 +40,8 @@ func TestScriptsWriteExactlyTheFieldsTheDecoderReads(t *testing.T) {
 		t.Fatalf("ClaimTopic: %v", err)
 	}
 	if err := s.Flush(ctx, pkA, Flush{Epoch: c.Epoch, Acked: setOf(), Watermark: 1, Fetched: 2,
-		Committed: 0, Pending: 1, InFlight: 1, Keys: 1, Oldest: time.UnixMilli(5)}); err != nil {
+		Committed: 0, Pending: 1, InFlight: 1, Keys: 1, Oldest: time.UnixMilli(5),
+		Stalled: &StalledKeys{Keys: []StalledKey{{Key: "k", Offset: 1, State: "parked"}}, Total: 1}}); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
 	if err := s.Release(ctx, pkA, c.Epoch); err != nil {

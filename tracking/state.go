@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +62,11 @@ type PartitionState struct {
 	// Holding is the record the partition's watermark waits for: the
 	// lowest of the live claims', nil when nothing is pending.
 	Holding *Holding `json:"holding,omitempty"`
+	// Stalled are the keys not flowing the live claims stored, each
+	// with the owner of its claim, in offset order; StalledTotal counts
+	// them all, those a claim counted but did not store included.
+	Stalled      []OwnedStalledKey `json:"-"`
+	StalledTotal int               `json:"-"`
 	// Acked is the same offsets as AckedRanges, ready for set operations.
 	// Never nil.
 	Acked *offsets.Set `json:"-"`
@@ -68,6 +74,12 @@ type PartitionState struct {
 	// claim recorded it; "" when no claim knew it. Offsets of another ID
 	// are those of a deleted topic of the same name.
 	TopicID string `json:"-"`
+}
+
+// OwnedStalledKey is a key not flowing and the node whose claim stored it.
+type OwnedStalledKey struct {
+	StalledKey
+	Owner string
 }
 
 // RangeState is one stored piece of a partition's hash space: the hashes
@@ -233,7 +245,14 @@ func decodeState(pk PartitionKey, h map[string]string) (PartitionState, error) {
 		if c.holding != nil && (st.Holding == nil || c.holding.Offset < st.Holding.Offset) {
 			st.Holding = c.holding
 		}
+		if c.stalled != nil {
+			for _, k := range c.stalled.Keys {
+				st.Stalled = append(st.Stalled, OwnedStalledKey{StalledKey: k, Owner: c.owner})
+			}
+			st.StalledTotal += max(c.stalled.Total, len(c.stalled.Keys))
+		}
 	}
+	sort.Slice(st.Stalled, func(i, j int) bool { return st.Stalled[i].Offset < st.Stalled[j].Offset })
 	st.Watermark = mergedWatermark(ps)
 	for _, p := range ps {
 		c := claims[p.epoch]
@@ -264,6 +283,7 @@ type claimState struct {
 	oldest, claimed, updated         time.Time
 	acked                            *offsets.Set
 	holding                          *Holding
+	stalled                          *StalledKeys
 }
 
 func decodeClaimState(h map[string]string) (claimState, error) {
@@ -286,6 +306,12 @@ func decodeClaimState(h map[string]string) (claimState, error) {
 	if b := h[fieldAcked]; b != "" {
 		if err := c.acked.UnmarshalBinary([]byte(b)); err != nil {
 			return claimState{}, fmt.Errorf("field %s: %w", fieldAcked, err)
+		}
+	}
+	if b := h[fieldStalled]; b != "" {
+		c.stalled = new(StalledKeys)
+		if err := json.Unmarshal([]byte(b), c.stalled); err != nil {
+			return claimState{}, fmt.Errorf("field %s: %w", fieldStalled, err)
 		}
 	}
 	if b := h[fieldHolding]; b != "" {

@@ -296,6 +296,35 @@ type Flush struct {
 	// Holding is the record the watermark waits for, nil when none
 	// (nothing pending).
 	Holding *Holding
+	// Stalled, when not nil, replaces the claim's stored keys not
+	// flowing; nil leaves them as they are.
+	Stalled *StalledKeys
+}
+
+// StalledKeys is what a claim stores of its keys whose records do not
+// flow: the first of them by offset, and how many there are.
+type StalledKeys struct {
+	Keys  []StalledKey `json:"keys"`
+	Total int          `json:"total"`
+}
+
+// StalledKey is one key whose records do not flow; the fields are those
+// of subscription.StalledKey that the owner knows. Times are the owner's
+// clock.
+type StalledKey struct {
+	Key          string    `json:"key,omitempty"`
+	KeyBase64    string    `json:"key_base64,omitempty"`
+	KeyTruncated bool      `json:"key_truncated,omitempty"`
+	Offset       int64     `json:"offset"`
+	State        string    `json:"state"`
+	Since        time.Time `json:"since"`
+	Dispatched   time.Time `json:"dispatched,omitzero"`
+	Attempts     int       `json:"attempts,omitempty"`
+	LastStatus   int       `json:"last_status,omitempty"`
+	LastError    string    `json:"last_error,omitempty"`
+	NextAttempt  time.Time `json:"next_attempt,omitzero"`
+	Behind       int64     `json:"behind"`
+	Parked       int64     `json:"parked,omitempty"`
 }
 
 // Holding is the record a claim's watermark waits for: the answer to
@@ -390,9 +419,13 @@ func (s *Store) FlushRanges(ctx context.Context, fs []PartitionFlush) []FlushRes
 		if f.Holding != nil {
 			holding, _ = json.Marshal(f.Holding) // plain fields: cannot fail
 		}
+		var stalled []byte
+		if f.Stalled != nil {
+			stalled, _ = json.Marshal(f.Stalled) // plain fields: cannot fail
+		}
 		keys = append(keys, s.key(pf.Key))
 		args = append(args, []any{
-			f.Epoch, rs.String(), acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys, holding})
+			f.Epoch, rs.String(), acked, f.Watermark, f.Fetched, f.Committed, f.Pending, f.InFlight, oldest, f.Keys, holding, stalled})
 		idx = append(idx, i)
 	}
 	groups := flushGroups(s.rdb, keys)

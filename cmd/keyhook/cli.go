@@ -29,6 +29,8 @@ Commands:
   seek ID --to WHERE    move its consumer group: earliest, latest,
                         timestamp (--timestamp), offsets (--offset, repeated)
   status ID             delivery status per partition
+  keys ID               keys not flowing (--state retrying,in_flight,parked;
+                        --limit, default 100)
 
 Every command takes --api-url (KEYHOOK_API_URL, default http://127.0.0.1:8080),
 --token (KEYHOOK_TOKEN) and -o table|json.
@@ -144,6 +146,14 @@ func subscriptionsCmd(ctx context.Context, args []string, getenv func(string) st
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", p.Topic, p.Partition, offsetText(p.Previous), p.Offset)
 		}
 		return tw.Flush()
+	case "keys":
+		state := fs.String("state", "", "keep keys in these states: retrying, in_flight, parked (comma-separated)")
+		limit := fs.Int("limit", subscription.DefaultKeysLimit, "the most keys shown")
+		c, id, err := parseClient(fs, &cf, cmd, args, 1)
+		if err != nil {
+			return err
+		}
+		return listKeys(ctx, c, cmd, id, *state, *limit, stdout)
 	case "status":
 		c, id, err := parseClient(fs, &cf, cmd, args, 1)
 		if err != nil {

@@ -28,6 +28,14 @@ import (
 // cliStatus answers every status request with one busy partition.
 type cliStatus struct{}
 
+// Keys answers the listing of keys not flowing with one retrying key.
+func (cliStatus) Keys(_ context.Context, s *subscription.Subscription, _ subscription.KeysQuery) (*subscription.KeyList, error) {
+	return &subscription.KeyList{SubscriptionID: s.ID, Keys: []subscription.StalledKey{
+		{Topic: s.Topics[0], Partition: 0, Owner: "node-a", Key: "order-7", Offset: 41, State: subscription.KeyRetrying,
+			AgeMS: 125_000, Attempts: 6, LastStatus: 503, Behind: 10},
+	}}, nil
+}
+
 func (cliStatus) Status(_ context.Context, s *subscription.Subscription) (*subscription.Status, error) {
 	age, parkedAge := int64(1500), int64(95_000)
 	next := time.Now().Add(30 * time.Second)
@@ -105,7 +113,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	h, err := api.NewRouter(api.Dependencies{
 		Store: subs, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
-		Seeker: admin, Starts: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens,
+		Seeker: admin, Starts: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens, Keys: cliStatus{},
 	}, api.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -240,6 +248,12 @@ func TestSubscriptionsCLIRoundTrip(t *testing.T) {
 		t.Errorf("status -o json = %+v, %v", st, err)
 	}
 
+	// The keys not flowing, one row each.
+	out = e.mustRun(t, "subscriptions", "keys", id, "--state", "retrying")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if diff := cmp.Diff([]string{"orders", "0", `"order-7"`, "41", "retrying", "2m5s", "6", "503", "10", "0", "node-a"}, columns(lines[1])); diff != "" {
+		t.Errorf("keys row (-want +got):\n%s\n%s", diff, out)
+	}
 	if out := e.mustRun(t, "subscriptions", "delete", id); strings.TrimSpace(out) != "deleted "+id {
 		t.Errorf("delete: %q", out)
 	}

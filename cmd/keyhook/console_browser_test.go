@@ -102,7 +102,8 @@ func (f *flakyOnce) deliveredCount() int {
 
 // TestConsoleInARealBrowser drives the console of a running keyhook dev
 // in Chromium: log in with a token, see the demo subscription deliver,
-// find the slow key holding a watermark, pause and resume, see a record
+// find the slow key holding a watermark and listed among the keys not
+// flowing, pause and resume, see a record
 // made of HTML as text, redrive it from its dead letter and see it
 // delivered, and see a read-only token offered no action. With
 // KEYHOOK_CONSOLE_SCREENSHOTS=1 it writes the README's screenshots to
@@ -238,6 +239,10 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.run(tab, "open the demo", chromedp.Click(chromedp.CSS(`#subs tr[data-sub-id=`+js(demoID)+`] a`)))
 	b.until(tab, demo.SlowKey+" holds a watermark",
 		`[...document.querySelectorAll('#holding tbody tr')].some(r => r.dataset.key === `+js(demo.SlowKey)+` && r.cells[4].textContent.startsWith('in flight'))`)
+	// Every key not flowing is listed: the slow key, its records waiting
+	// behind the one in flight.
+	b.until(tab, demo.SlowKey+" is listed among the keys not flowing",
+		`[...document.querySelectorAll('#keys tbody tr')].some(r => r.dataset.key === `+js(demo.SlowKey)+` && r.dataset.state === 'in_flight' && r.cells[2].textContent === 'waiting behind a record in flight' && Number(r.cells[8].textContent.replace(/,/g, '')) > 0)`)
 	b.until(tab, "the rate chart has a line", `document.querySelector('svg.chart polyline') !== null`)
 	if shots.dir != "" {
 		b.until(tab, "the chart has a few samples to show", `document.querySelector('svg.chart polyline').points.numberOfItems >= 10`)

@@ -1,6 +1,7 @@
 // subscription.js is one subscription: its partitions with commit,
 // watermark, lag, owner and key ranges; the record holding each
-// watermark and why; a live rate chart; and, for a token that may write,
+// watermark and why; every key not flowing (retrying, slow in flight,
+// parked); a live rate chart; and, for a token that may write,
 // its actions (pause, resume, seek, rotate the secret, send a test).
 
 import * as api from './api.js';
@@ -21,6 +22,9 @@ export function subscriptionPage(ctx) {
   const result = h('div', { class: 'result', role: 'status', 'aria-live': 'polite' });
   const parts = table('Partitions', ['Partition', 'Committed', 'Watermark', 'Log end', 'Lag', 'Pending', 'In flight', 'Owner', 'Key ranges'], { id: 'partitions' });
   const holding = table('Records holding the watermark', ['Partition', 'Offset', 'Key', 'Waiting', 'Why', 'Attempts', 'Last answer', 'Next attempt', 'Behind', 'Parked'], { id: 'holding' });
+  const stalled = table('Keys not flowing', ['Partition', 'Key', 'State', 'Offset', 'Waiting', 'Attempts', 'Last answer', 'Next attempt', 'Behind', 'Parked', 'Owner'], { id: 'keys' });
+  const stalledNote = h('p', { class: 'muted', id: 'keys-note' });
+  let keys = null;
   const el = h('section', {},
     h('p', { class: 'crumbs' }, h('a', { href: '#/subscriptions' }, 'Subscriptions'), ' / '),
     heading,
@@ -33,6 +37,8 @@ export function subscriptionPage(ctx) {
     chart.el,
     holding.el,
     h('p', { class: 'muted' }, 'Each watermark waits for the record above; "parked" counts records of busy keys held by offset only, read again from Kafka when their key frees up.'),
+    stalled.el,
+    stalledNote,
     parts.el);
 
   if (ctx.session.canWrite) buildActions();
@@ -184,15 +190,43 @@ export function subscriptionPage(ctx) {
         h('td', { class: 'n' }, x.parked ? num(x.parked) + ' (oldest ' + ago(x.oldest_parked, now) + ')' : '0'));
     }));
     if (held.length === 0) holding.body.append(h('tr', {}, h('td', { colspan: 10 }, 'Nothing pending: every watermark is at the log end.')));
+    renderKeys(now);
+  }
+
+  const stateText = { retrying: 'retrying after a failure', in_flight: 'waiting behind a record in flight', parked: 'parked, read again when the key has room' };
+
+  function renderKeys(now) {
+    if (!keys) return;
+    replace(stalled.body, keys.keys.map((k) => {
+      const key = k.key !== undefined ? k.key : (k.key_base64 !== undefined ? 'base64:' + k.key_base64 : '(no key)');
+      const answer = k.last_error ? k.last_error : (k.last_status ? 'HTTP ' + k.last_status : '—');
+      return h('tr', { 'data-key': k.key || '', 'data-state': k.state },
+        h('th', { scope: 'row' }, k.topic + '/' + k.partition),
+        h('td', { class: 'mono key' }, key + (k.key_truncated ? '…' : '')),
+        h('td', {}, stateText[k.state] || k.state),
+        h('td', { class: 'n' }, num(k.offset)),
+        h('td', { class: 'n' }, duration(k.age_ms)),
+        h('td', { class: 'n' }, num(k.attempts)),
+        h('td', { class: k.last_error || (k.last_status && k.last_status > 299) ? 'bad' : '' }, answer),
+        h('td', {}, k.next_attempt ? time(k.next_attempt) : '—'),
+        h('td', { class: 'n' }, num(k.behind)),
+        h('td', { class: 'n' }, num(k.parked)),
+        h('td', { class: 'mono' }, k.owner || '—'));
+    }));
+    if (keys.keys.length === 0) stalled.body.append(h('tr', {}, h('td', { colspan: 11 }, 'Every key flows.')));
+    stalledNote.textContent = (keys.truncated ? 'More keys are not flowing than shown. ' : '') +
+      'As each partition\'s owner last wrote them, at most once a second.';
   }
 
   async function refresh() {
-    const [s, st] = await Promise.all([
+    const [s, st, ks] = await Promise.all([
       api.get(api.sub(id), { signal: ctx.signal }),
       api.get(api.sub(id, '/status'), { signal: ctx.signal }),
+      api.get(api.sub(id, '/keys?limit=100'), { signal: ctx.signal }),
     ]);
     sub = s;
     status = st;
+    keys = ks;
     rate.add(Date.now(), api.progress(st));
     if (ctx.live()) render();
   }

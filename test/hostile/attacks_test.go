@@ -47,6 +47,9 @@ func TestBytesNobodyAskedForAreNoAnswer(t *testing.T) {
 		rp   reply
 	}{
 		{"200 behind a 503's body", reply{answer: refusal + forged}},
+		// Read whole by the body's read, past the read buffer: what
+		// follows stays below it (in the TLS layer, over TLS).
+		{"200 behind a 503's long body", reply{answer: "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10000\r\n\r\n" + strings.Repeat("n", 10000) + forged}},
 		{"200 behind a chunked 503's terminator", reply{answer: "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nnope\r\n0\r\n\r\n" + forged}},
 		{"503, then a 200 on the idle connection", reply{answer: refusal, later: forged}},
 	} {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -143,10 +144,16 @@ type ClientConfig struct {
 	// other redirect ends the attempt with [ErrRedirectRefused].
 	FollowRedirects int
 	// NetHTTPOnly sends every attempt through net/http. By default
-	// attempts to plain http endpoints go through the http1 client, which
-	// costs about half the CPU; https, redirects, client certificates and
-	// AWS signatures always use net/http.
+	// attempts to http and https endpoints go through the http1 client
+	// (HTTP/1.1, over TLS for https), which costs about half the CPU;
+	// redirects, client certificates and AWS signatures always use
+	// net/http, and so does an https endpoint that refused HTTP/1.1 in
+	// its handshake (net/http speaks HTTP/2 to it).
 	NetHTTPOnly bool
+	// RootCAs, if not nil, are the authorities that endpoints'
+	// certificates are verified against, on both transports. Default:
+	// the system's roots.
+	RootCAs *x509.CertPool
 	// MaxResponseHeaderBytes bounds the bytes of a response before its
 	// body (status line, headers, and any informational answer before the
 	// final one), on both transports. An endpoint sending more fails the
@@ -182,6 +189,9 @@ type Client struct {
 	creds *credentialCache
 	// goodURLs are endpoint URLs that passed the check of every attempt.
 	goodURLs urlChecks
+	// noHTTP1 are the https addresses that refused HTTP/1.1 in a
+	// handshake: net/http serves them from then on.
+	noHTTP1 addrSet
 	// calls recycles the calls the http1 client sent, their header map
 	// with them: a call and its map were five allocations of every
 	// attempt. A call net/http sent is left to the collector, since
@@ -203,12 +213,33 @@ type urlChecks struct {
 	n    atomic.Int64
 }
 
+// addrSet is a set of addresses, bounded like urlChecks: past the
+// bound an address is not remembered (and an attempt to it costs a
+// handshake more).
+type addrSet struct {
+	m sync.Map // addr → struct{}
+	n atomic.Int64
+}
+
+func (s *addrSet) has(addr string) bool {
+	_, ok := s.m.Load(addr)
+	return ok
+}
+
+func (s *addrSet) add(addr string) {
+	if s.n.Load() < maxGoodURLs {
+		if _, loaded := s.m.LoadOrStore(addr, struct{}{}); !loaded {
+			s.n.Add(1)
+		}
+	}
+}
+
 // endpointURL is what an attempt needs of its URL, parsed once.
 type endpointURL struct {
-	// plain reports an http URL the http1 client can send to: no
-	// credentials in it and a host in ASCII (net/http would turn a
-	// Unicode one into punycode).
-	plain bool
+	// h1 reports an http or https URL the http1 client can send to:
+	// no credentials in it and a host in ASCII (net/http would turn a
+	// Unicode one into punycode). tls reports https.
+	h1, tls bool
 	// addr is the "host:port" dialled, host the Host header and target
 	// the request target.
 	addr, host, target string
@@ -223,10 +254,14 @@ func (uc *urlChecks) check(raw string) (*endpointURL, error) {
 	if err != nil {
 		return nil, err
 	}
-	eu := &endpointURL{plain: u.Scheme == "http" && u.User == nil && isASCII(u.Host)}
-	if eu.plain {
+	eu := &endpointURL{h1: u.User == nil && isASCII(u.Host), tls: u.Scheme == "https"}
+	if eu.h1 {
 		port := u.Port()
-		if port == "" {
+		switch {
+		case port != "":
+		case eu.tls:
+			port = "443"
+		default:
 			port = "80"
 		}
 		eu.addr, eu.host, eu.target = net.JoinHostPort(u.Hostname(), port), u.Host, u.RequestURI()
@@ -344,7 +379,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		// A custom DialContext and TLS config turn automatic HTTP/2 off;
 		// ask for it explicitly.
 		ForceAttemptHTTP2:   true,
-		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: cfg.RootCAs},
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		// No ResponseHeaderTimeout: each attempt's context carries its
 		// timeout, which a request may set shorter or longer.
@@ -369,7 +404,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if !cfg.NetHTTPOnly {
 		h1, err := http1.New(http1.Config{Dial: dial, DialTimeout: dialTimeout, MaxIdlePerAddr: cfg.MaxIdleConnsPerHost,
 			IdleTimeout: idleConnTimeout, DrainBytes: drainBytes, MaxHeadBytes: cfg.MaxResponseHeaderBytes,
-			BodyTimeout: bodyTimeout})
+			BodyTimeout: bodyTimeout, TLS: tr.TLSClientConfig, TLSHandshakeTimeout: tlsHandshakeTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
@@ -609,6 +644,12 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 	var ans answer
 	if c.viaHTTP1(cl) {
 		ans = c.postHTTP1(ctx, deadline, cl)
+		if errors.Is(ans.err, http1.ErrNoHTTP1) {
+			// Refused in the handshake, before a byte of the request:
+			// net/http sends it, offering HTTP/2, within the attempt.
+			c.noHTTP1.add(cl.url.addr)
+			ans = c.postNetHTTP(ctx, deadline, cl)
+		}
 	} else {
 		ans = c.postNetHTTP(ctx, deadline, cl)
 	}
@@ -681,17 +722,19 @@ func (c *Client) postNetHTTP(ctx context.Context, deadline time.Time, cl *call) 
 	return ans
 }
 
-// viaHTTP1 reports whether cl goes through the http1 client: a plain
-// http URL, with nothing that needs net/http (redirects to follow, a
-// client certificate's pool, a signature over the *http.Request).
+// viaHTTP1 reports whether cl goes through the http1 client: an http or
+// https URL without credentials, with nothing that needs net/http
+// (redirects to follow, a client certificate's pool, a signature over
+// the *http.Request, an endpoint that refused HTTP/1.1).
 func (c *Client) viaHTTP1(cl *call) bool {
-	return c.h1 != nil && cl.url != nil && cl.url.plain && cl.http == nil && cl.finish == nil && c.redirects(cl.r) == 0
+	return c.h1 != nil && cl.url != nil && cl.url.h1 && cl.http == nil && cl.finish == nil && c.redirects(cl.r) == 0 &&
+		!(cl.url.tls && c.noHTTP1.has(cl.url.addr))
 }
 
 // postHTTP1 sends the call's request through the http1 client.
 func (c *Client) postHTTP1(ctx context.Context, deadline time.Time, cl *call) answer {
 	eu := cl.url
-	cl.h1 = http1.Request{Addr: eu.addr, Host: eu.host, Target: eu.target, Header: cl.header, Body: cl.r.Body, MaxBody: c.cfg.MaxResponseBytes}
+	cl.h1 = http1.Request{Addr: eu.addr, TLS: eu.tls, Host: eu.host, Target: eu.target, Header: cl.header, Body: cl.r.Body, MaxBody: c.cfg.MaxResponseBytes}
 	resp, err := c.h1.Post(ctx, deadline, &cl.h1)
 	if err != nil {
 		return answer{err: err}

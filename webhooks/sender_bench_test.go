@@ -4,8 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -49,7 +57,7 @@ func TestMain(m *testing.M) {
 //     over one kept-alive net.Conn per goroutine: the floor of the
 //     syscalls, without any client.
 func BenchmarkSenderCPU(b *testing.B) {
-	url := startSinkProcess(b)
+	url, _, _ := startSinkProcess(b)
 	for _, conc := range []int{256, 1000} {
 		for _, s := range []struct {
 			name string
@@ -61,6 +69,28 @@ func BenchmarkSenderCPU(b *testing.B) {
 		} {
 			b.Run(fmt.Sprintf("sender=%s/conc=%d", s.name, conc), func(b *testing.B) {
 				send := s.new(b, url, conc)
+				runConcurrently(b, conc, send)
+			})
+		}
+	}
+}
+
+// BenchmarkSenderCPUHTTPS is BenchmarkSenderCPU to an https endpoint
+// (TLS 1.3, HTTP/1.1), through keyhook's client on both transports:
+//   - http1: the default, the http1 client over TLS;
+//   - nethttp: the same client with NetHTTPOnly (--endpoint-net-http).
+//
+// The warm-up opens every goroutine's connection, so handshakes are left
+// out: what is measured is a request on a kept-alive TLS connection.
+func BenchmarkSenderCPUHTTPS(b *testing.B) {
+	_, url, roots := startSinkProcess(b)
+	for _, conc := range []int{256, 1000} {
+		for _, s := range []struct {
+			name    string
+			netHTTP bool
+		}{{"http1", false}, {"nethttp", true}} {
+			b.Run(fmt.Sprintf("transport=%s/conc=%d", s.name, conc), func(b *testing.B) {
+				send := newKeyhookSenderWith(b, url, webhooks.ClientConfig{NetHTTPOnly: s.netHTTP, RootCAs: roots})
 				runConcurrently(b, conc, send)
 			})
 		}
@@ -113,11 +143,16 @@ func cpuTime(tb testing.TB) time.Duration {
 var benchValue = bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz"), 10)[:256]
 
 func newKeyhookSender(tb testing.TB, url string, _ int) func(context.Context, int) error {
+	return newKeyhookSenderWith(tb, url, webhooks.ClientConfig{})
+}
+
+func newKeyhookSenderWith(tb testing.TB, url string, cfg webhooks.ClientConfig) func(context.Context, int) error {
 	limiters, err := webhooks.NewLimiters(webhooks.LimiterConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: limiters})
+	cfg.Policy, cfg.Limiters = webhooks.AddressPolicy{AllowPrivate: true}, limiters
+	c, err := webhooks.NewClient(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -243,8 +278,9 @@ func wantNoContent(status int, err error) error {
 }
 
 // startSinkProcess runs the test binary as the sink, in its own process,
-// until the benchmark ends, and returns its URL.
-func startSinkProcess(tb testing.TB) string {
+// until the benchmark ends, and returns its http and https URLs and the
+// roots that trust the latter.
+func startSinkProcess(tb testing.TB) (url, tlsURL string, roots *x509.CertPool) {
 	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -268,33 +304,87 @@ func startSinkProcess(tb testing.TB) string {
 		stdin.Close() // the sink exits when its stdin closes
 		_ = cmd.Wait()
 	})
-	addr, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		tb.Fatalf("sink process: %v", err)
+	lines := bufio.NewReader(stdout)
+	var got [3]string
+	for i := range got {
+		l, err := lines.ReadString('\n')
+		if err != nil {
+			tb.Fatalf("sink process: %v", err)
+		}
+		got[i] = strings.TrimSpace(l)
 	}
-	return "http://" + strings.TrimSpace(addr) + "/hook"
+	der, err := base64.StdEncoding.DecodeString(got[2])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(cert)
+	return "http://" + got[0] + "/hook", "https://" + got[1] + "/hook", roots
 }
 
 // serveSinkProcess answers HTTP/1.1 keep-alive POSTs with 204, allocating
-// nothing per request, prints its address and serves until stdin closes.
+// nothing per request, over TCP and over TLS 1.3 with a certificate of
+// its own; it prints both addresses and the certificate (base64 DER),
+// and serves until stdin closes.
 func serveSinkProcess() {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "sink:", err)
 		os.Exit(1)
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail(err)
+	}
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail(err)
+	}
+	cert, err := sinkCertificate()
+	if err != nil {
+		fail(err)
+	}
+	tln = tls.NewListener(tln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}})
 	fmt.Println(ln.Addr().String())
+	fmt.Println(tln.Addr().String())
+	fmt.Println(base64.StdEncoding.EncodeToString(cert.Certificate[0]))
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			os.Exit(0)
+	accept := func(ln net.Listener) {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(0)
+			}
+			go serveSinkConn(c)
 		}
-		go serveSinkConn(c)
 	}
+	go accept(tln)
+	accept(ln)
+}
+
+// sinkCertificate is a self-signed certificate for 127.0.0.1.
+func sinkCertificate() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sink"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 var sinkNoContent = []byte("HTTP/1.1 204 No Content\r\n\r\n")

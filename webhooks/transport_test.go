@@ -15,9 +15,9 @@ import (
 
 // The client dials through its own DialContext (the address check), which
 // turns net/http's automatic HTTP/2 off unless asked for: an https
-// endpoint that speaks HTTP/2 must get it, many deliveries on one
-// connection.
-func TestHTTPSEndpointsAreSpokenToOverHTTP2(t *testing.T) {
+// endpoint that speaks HTTP/2 must get it from net/http, many deliveries
+// on one connection.
+func TestNetHTTPSpeaksHTTP2ToHTTPSEndpoints(t *testing.T) {
 	var mu sync.Mutex
 	var protos []string
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -29,10 +29,9 @@ func TestHTTPSEndpointsAreSpokenToOverHTTP2(t *testing.T) {
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	c := newClient(t, webhooks.ClientConfig{})
 	roots := x509.NewCertPool()
 	roots.AddCert(srv.Certificate())
-	webhooks.TrustRootsForTest(c, roots)
+	c := newClient(t, webhooks.ClientConfig{NetHTTPOnly: true, RootCAs: roots})
 
 	for n := 1; n <= 3; n++ {
 		if a := c.Send(context.Background(), &webhooks.Request{URL: srv.URL + "/hook", Body: []byte("{}")}, n); a.Err != nil || a.Status != http.StatusNoContent {
@@ -76,8 +75,8 @@ func TestSendDoesNotAskForCompressedResponses(t *testing.T) {
 	}
 }
 
-// Plain http endpoints get the http1 client; anything net/http does that
-// it does not (TLS and HTTP/2, redirects, credentials in the URL), and an
+// http and https endpoints get the http1 client; anything net/http does
+// that it does not (redirects, credentials in the URL), and an
 // operator's choice of net/http, keeps net/http.
 func TestPlainHTTPAttemptsGoThroughTheHTTP1Client(t *testing.T) {
 	def := newClient(t, webhooks.ClientConfig{})
@@ -91,7 +90,7 @@ func TestPlainHTTPAttemptsGoThroughTheHTTP1Client(t *testing.T) {
 	}{
 		{"http", def, webhooks.Request{URL: "http://hooks.example/in?x=1"}, true},
 		{"http with a port", def, webhooks.Request{URL: "http://10.0.0.1:8080/"}, true},
-		{"https", def, webhooks.Request{URL: "https://hooks.example/in"}, false},
+		{"https", def, webhooks.Request{URL: "https://hooks.example/in"}, true},
 		{"credentials in the URL", def, webhooks.Request{URL: "http://u:p@hooks.example/"}, false},
 		{"unicode host", def, webhooks.Request{URL: "http://bücher.example/"}, false},
 		{"redirects followed by the request", def, webhooks.Request{URL: "http://hooks.example/", FollowRedirects: 1}, false},

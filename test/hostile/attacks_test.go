@@ -2,9 +2,11 @@ package hostile_test
 
 import (
 	"io"
+	"log"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +19,15 @@ const (
 )
 
 // wrongAnswer reports an attempt that took bytes it did not follow for its
-// answer. On the http1 client that fails the test. On net/http it is
-// logged: net/http puts a connection back in its pool as soon as an
+// answer. On the http1 client, over TCP or TLS, that fails the test. On
+// net/http it is logged: net/http puts a connection back in its pool as soon as an
 // answer's body ends, and only then does its read loop look at what
 // follows; a request that takes the connection in between reads those
 // bytes as its own answer: seen here now and then under -race on a
 // loaded machine (two of ten runs of the cross-path test), never without.
-// It is net/http's, https endpoints have no other transport, and what
-// keyhook can do is keep http1 from sharing it.
+// It is net/http's; keyhook keeps http1 from sharing it and sends https
+// endpoints through http1 too, leaving net/http only what http1 does not
+// do (see webhooks.ClientConfig.NetHTTPOnly).
 func wrongAnswer(t *testing.T, netHTTP bool, format string, args ...any) {
 	t.Helper()
 	if netHTTP {
@@ -44,13 +47,27 @@ func TestBytesNobodyAskedForAreNoAnswer(t *testing.T) {
 		rp   reply
 	}{
 		{"200 behind a 503's body", reply{answer: refusal + forged}},
+		// Read whole by the body's read, past the read buffer: what
+		// follows stays below it (in the TLS layer, over TLS).
+		{"200 behind a 503's long body", reply{answer: "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10000\r\n\r\n" + strings.Repeat("n", 10000) + forged}},
 		{"200 behind a chunked 503's terminator", reply{answer: "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nnope\r\n0\r\n\r\n" + forged}},
 		{"503, then a 200 on the idle connection", reply{answer: refusal, later: forged}},
 	} {
-		for _, tr := range transports {
+		for _, tr := range transportsTLS {
 			t.Run(tc.name+"/"+tr.name, func(t *testing.T) {
-				ep := serve(t, func(int, *http.Request) reply { return tc.rp })
-				c := newClient(t, tr.netHTTP, webhooks.ClientConfig{})
+				ep := tr.serve(t, func(int, *http.Request) reply { return tc.rp })
+				c := tr.client(t, ep, webhooks.ClientConfig{})
+				logged := stdLog(t)
+				defer func() {
+					if !tr.netHTTP {
+						if l := logged(); l != "" {
+							t.Errorf("the http1 client wrote to the standard logger: %q", l)
+						}
+					} else if l := logged(); l != "" {
+						lines := strings.Split(strings.TrimSpace(l), "\n")
+						t.Logf("net/http wrote %d lines to the standard logger, the first: %.200q", len(lines), lines[0])
+					}
+				}()
 				defer healthy(t, c)()
 				for i := range 4 {
 					a := send(c, ep.url("/hook"), "refused-"+strconv.Itoa(i), 1)
@@ -72,15 +89,15 @@ func TestBytesNobodyAskedForAreNoAnswer(t *testing.T) {
 // Connections are pooled by host and port, across subscriptions: the
 // leftovers of one path's answers must not become another path's.
 func TestOneSubscriptionsLeftoversAreNotAnothersAnswer(t *testing.T) {
-	for _, tr := range transports {
+	for _, tr := range transportsTLS {
 		t.Run(tr.name, func(t *testing.T) {
-			ep := serve(t, func(_ int, r *http.Request) reply {
+			ep := tr.serve(t, func(_ int, r *http.Request) reply {
 				if r.URL.Path == "/good" {
 					return reply{answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + forged}
 				}
 				return reply{answer: refusal}
 			})
-			c := newClient(t, tr.netHTTP, webhooks.ClientConfig{})
+			c := tr.client(t, ep, webhooks.ClientConfig{})
 			acked := 0
 			for i := range 10 {
 				if a := send(c, ep.url("/good"), "good-"+strconv.Itoa(i), 1); a.Status != http.StatusOK || string(a.Body) != "ok" {
@@ -114,10 +131,10 @@ func TestHeadAttacksEndWithinTheHeadBound(t *testing.T) {
 		{"endless 103s", "", endless("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", 0, "")},
 		{"endless header line", "HTTP/1.1 200 OK\r\nX-Filler: ", endless(strings.Repeat("a", 1000), 0, "")},
 	} {
-		for _, tr := range transports {
+		for _, tr := range transportsTLS {
 			t.Run(tc.name+"/"+tr.name, func(t *testing.T) {
-				ep := serve(t, func(int, *http.Request) reply { return reply{answer: tc.answer, stream: tc.stream} })
-				c := newClient(t, tr.netHTTP, webhooks.ClientConfig{Timeout: time.Minute})
+				ep := tr.serve(t, func(int, *http.Request) reply { return reply{answer: tc.answer, stream: tc.stream} })
+				c := tr.client(t, ep, webhooks.ClientConfig{Timeout: time.Minute})
 				stop := healthy(t, c)
 				a := send(c, ep.url("/hook"), "head", 1)
 				stop()
@@ -193,16 +210,16 @@ func TestABodyThatNeverEndsDoesNotHoldTheKey(t *testing.T) {
 		{"chunked without its end", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"},
 		{"until close", "HTTP/1.0 200 OK\r\n\r\nabc"},
 	} {
-		for _, tr := range transports {
+		for _, tr := range transportsTLS {
 			t.Run(tc.name+"/"+tr.name, func(t *testing.T) {
-				ep := serve(t, func(n int, _ *http.Request) reply {
+				ep := tr.serve(t, func(n int, _ *http.Request) reply {
 					if n == 1 {
 						return reply{answer: tc.answer, hang: true}
 					}
 					return reply{answer: "HTTP/1.1 204 No Content\r\n\r\n"}
 				})
 				const timeout = time.Minute
-				c := newClient(t, tr.netHTTP, webhooks.ClientConfig{Timeout: timeout})
+				c := tr.client(t, ep, webhooks.ClientConfig{Timeout: timeout})
 				a := send(c, ep.url("/hook"), "slow-body", 1)
 				if a.Status != http.StatusOK || a.Err != nil {
 					t.Fatalf("status %d, err %v, want 200", a.Status, a.Err)
@@ -257,3 +274,27 @@ func TestAnAnswerCutByTheDeadlineIsATimeout(t *testing.T) {
 		}
 	}
 }
+
+// stdLog sends the standard logger's output to a buffer until the test
+// ends and returns what it received so far.
+func stdLog(t *testing.T) func() string {
+	t.Helper()
+	var mu sync.Mutex
+	var b strings.Builder
+	prev := log.Writer()
+	log.SetOutput(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.Write(p)
+	}))
+	t.Cleanup(func() { log.SetOutput(prev) })
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.String()
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

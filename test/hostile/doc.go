@@ -3,7 +3,8 @@
 // for, heads that never end, informational answers without end, bodies
 // that never finish, connections closed at the worst moment, statuses
 // outside HTTP's range. Every attack runs against both transports, the
-// http1 client and net/http, beside a healthy endpoint on the same
+// http1 client and net/http (the stale-bytes, cross-path, head and body
+// attacks over TCP and behind TLS), beside a healthy endpoint on the same
 // client, and checks the two things that matter: an answer is only ever
 // taken for the request it followed, so a refused record is never acked,
 // and what an endpoint sends costs a node bounded memory.

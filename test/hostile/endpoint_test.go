@@ -3,6 +3,8 @@ package hostile_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -42,6 +45,9 @@ type seen struct {
 // (n from 1, across connections) with script(n, request).
 type endpoint struct {
 	ln     net.Listener
+	scheme string
+	// roots verify the endpoint's certificate when it speaks TLS.
+	roots  *x509.CertPool
 	done   chan struct{}
 	mu     sync.Mutex
 	conns  []net.Conn
@@ -53,11 +59,31 @@ type endpoint struct {
 
 func serve(t *testing.T, script func(n int, r *http.Request) reply) *endpoint {
 	t.Helper()
+	return serveOn(t, false, script)
+}
+
+// serveOn is serve, behind TLS when secure: the script's bytes are what
+// the TLS layer carries, written record by record as they come (a TLS
+// 1.3 server, session tickets after the handshake).
+func serveOn(t *testing.T, secure bool, script func(n int, r *http.Request) reply) *endpoint {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &endpoint{ln: ln, done: make(chan struct{}), idle: make(chan struct{}, 64), script: script}
+	e := &endpoint{ln: ln, scheme: "http", done: make(chan struct{}), idle: make(chan struct{}, 64), script: script}
+	if secure {
+		files := testutil.GenerateTLS(t)
+		cfg := files.ServerConfig(false)
+		cfg.NextProtos = []string{"http/1.1"}
+		cfg.MinVersion = tls.VersionTLS13
+		// Records of 16 KiB from the first byte: an answer and what
+		// follows it share one, and the client's reader may leave the
+		// rest in the TLS layer, below its read buffer.
+		cfg.DynamicRecordSizingDisabled = true
+		e.ln, e.scheme, e.roots = tls.NewListener(ln, cfg), "https", files.CAPool
+		ln = e.ln
+	}
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		close(e.done)
@@ -128,7 +154,7 @@ func (e *endpoint) handle(nc net.Conn, conn int) {
 	}
 }
 
-func (e *endpoint) url(path string) string { return "http://" + e.ln.Addr().String() + path }
+func (e *endpoint) url(path string) string { return e.scheme + "://" + e.ln.Addr().String() + path }
 
 func (e *endpoint) requests() []seen {
 	e.mu.Lock()
@@ -159,11 +185,32 @@ func endless(chunk string, limit int64, tail string) func(io.Writer) int64 {
 	}
 }
 
+// transport is a way the client speaks to an endpoint: through the http1
+// client or net/http, over plain TCP or TLS.
+type transport struct {
+	name         string
+	netHTTP, tls bool
+}
+
 // transports are the two ways the client speaks plain http.
-var transports = []struct {
-	name    string
-	netHTTP bool
-}{{"http1", false}, {"net-http", true}}
+var transports = []transport{{"http1", false, false}, {"net-http", true, false}}
+
+// transportsTLS are transports and the same two over TLS.
+var transportsTLS = append(transports[:len(transports):len(transports)],
+	transport{"http1-tls", false, true}, transport{"net-http-tls", true, true})
+
+// serve is serveOn over tr.
+func (tr transport) serve(t *testing.T, script func(n int, r *http.Request) reply) *endpoint {
+	t.Helper()
+	return serveOn(t, tr.tls, script)
+}
+
+// client is newClient for tr, trusting ep's certificate.
+func (tr transport) client(t *testing.T, ep *endpoint, cfg webhooks.ClientConfig) *webhooks.Client {
+	t.Helper()
+	cfg.RootCAs = ep.roots
+	return newClient(t, tr.netHTTP, cfg)
+}
 
 func newClient(t *testing.T, netHTTP bool, cfg webhooks.ClientConfig) *webhooks.Client {
 	t.Helper()

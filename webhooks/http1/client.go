@@ -3,6 +3,7 @@ package http1
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -80,13 +81,24 @@ type Config struct {
 	// within the request's deadline; a body cut by it is kept as far as
 	// it came and its connection closed. Default 2 s.
 	BodyTimeout time.Duration
+	// TLS configures the connections of requests with Request.TLS: the
+	// roots that verify the endpoint, the lowest version. Each connection
+	// gets a copy naming the host of its address and offering HTTP/1.1
+	// alone (ALPN). It is read at every handshake and must not change
+	// while the client is in use. Nil: crypto/tls's defaults.
+	TLS *tls.Config
+	// TLSHandshakeTimeout bounds one handshake, within the request's
+	// deadline. Default: the deadline alone.
+	TLSHandshakeTimeout time.Duration
 }
 
 // Client posts requests over pooled connections. It is safe for
 // concurrent use.
 type Client struct {
-	cfg   Config
-	pools sync.Map // addr → *pool
+	cfg Config
+	// pools and tlsPools hold the idle connections of plain and TLS
+	// requests: addr → *pool.
+	pools, tlsPools sync.Map
 }
 
 // New returns a Client for cfg.
@@ -95,7 +107,7 @@ func New(cfg Config) (*Client, error) {
 	case cfg.Dial == nil:
 		return nil, errors.New("http1: Dial is required")
 	case cfg.MaxIdlePerAddr < 0, cfg.IdleTimeout < 0, cfg.DrainBytes < 0, cfg.DialTimeout < 0,
-		cfg.MaxHeadBytes < 0, cfg.BodyTimeout < 0:
+		cfg.MaxHeadBytes < 0, cfg.BodyTimeout < 0, cfg.TLSHandshakeTimeout < 0:
 		return nil, errors.New("http1: limits must not be negative")
 	}
 	if cfg.MaxHeadBytes == 0 {
@@ -120,6 +132,9 @@ func New(cfg Config) (*Client, error) {
 type Request struct {
 	// Addr is the "host:port" dialled.
 	Addr string
+	// TLS makes the connection TLS (Config.TLS), its certificate
+	// verified for Addr's host. Connections are pooled per Addr and TLS.
+	TLS bool
 	// Host is sent as the Host header.
 	Host string
 	// Target is the request target: the path and query, "/" at least.
@@ -166,7 +181,7 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 	if err := ctx.Err(); err != nil {
 		return Response{}, err // sent, it would only be cut short
 	}
-	p := c.pool(r.Addr)
+	p := c.pool(r.Addr, r.TLS)
 	for try := 0; ; try++ {
 		var cn *conn
 		reused := try == 0 // a retry takes a new connection
@@ -175,7 +190,7 @@ func (c *Client) Post(ctx context.Context, deadline time.Time, r *Request) (Resp
 		}
 		if cn == nil {
 			var err error
-			if cn, err = c.dial(ctx, deadline, r.Addr); err != nil {
+			if cn, err = c.dial(ctx, deadline, r.Addr, r.TLS); err != nil {
 				return Response{}, err
 			}
 			reused = false
@@ -224,21 +239,27 @@ var ErrTooManyInformational = errors.New("http1: too many informational (1xx) an
 
 // CloseIdle closes every idle connection.
 func (c *Client) CloseIdle() {
-	c.pools.Range(func(_, v any) bool {
-		v.(*pool).closeAll()
-		return true
-	})
+	for _, pools := range []*sync.Map{&c.pools, &c.tlsPools} {
+		pools.Range(func(_, v any) bool {
+			v.(*pool).closeAll()
+			return true
+		})
+	}
 }
 
-func (c *Client) pool(addr string) *pool {
-	if v, ok := c.pools.Load(addr); ok {
+func (c *Client) pool(addr string, secure bool) *pool {
+	pools := &c.pools
+	if secure {
+		pools = &c.tlsPools
+	}
+	if v, ok := pools.Load(addr); ok {
 		return v.(*pool)
 	}
-	v, _ := c.pools.LoadOrStore(addr, &pool{})
+	v, _ := pools.LoadOrStore(addr, &pool{})
 	return v.(*pool)
 }
 
-func (c *Client) dial(ctx context.Context, deadline time.Time, addr string) (*conn, error) {
+func (c *Client) dial(ctx context.Context, deadline time.Time, addr string, secure bool) (*conn, error) {
 	if c.cfg.DialTimeout > 0 {
 		if d := time.Now().Add(c.cfg.DialTimeout); d.Before(deadline) {
 			deadline = d
@@ -253,7 +274,15 @@ func (c *Client) dial(ctx context.Context, deadline time.Time, addr string) (*co
 		}
 		return nil, err
 	}
-	cn := &conn{nc: nc, limit: noLimit, idle: newIdleCheck(nc)}
+	cn := &conn{nc: nc, raw: nc, limit: noLimit, idle: newIdleCheck(nc)}
+	if secure {
+		ts, err := c.handshake(ctx, deadline, nc, addr)
+		if err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		cn.nc, cn.tls = ts.tc, ts
+	}
 	cn.br = bufio.NewReaderSize(cn, readBufferSize)
 	cn.cut = cn.cutIfEnded
 	return cn, nil
@@ -261,9 +290,12 @@ func (c *Client) dial(ctx context.Context, deadline time.Time, addr string) (*co
 
 // conn is one connection and its read buffer. limit is how many more
 // bytes may be read from it: the head's allowance while a head is read,
-// no limit otherwise.
+// no limit otherwise. nc is what requests are written to and read from:
+// raw, the socket, or for TLS the layer over it (tls, nil for plain).
 type conn struct {
 	nc     net.Conn
+	raw    net.Conn
+	tls    *tlsSide
 	br     *bufio.Reader
 	wbuf   []byte
 	limit  int64
@@ -346,7 +378,9 @@ func (cn *conn) Read(b []byte) (int, error) {
 
 // usable reports whether an idle connection can carry a request: nothing
 // buffered, and nothing to read on the socket, neither a byte nor the
-// endpoint's close. net/http learns the same from the read it keeps
+// endpoint's close; for TLS, nothing in the TLS layer either, and bytes
+// on the socket only if they are records of TLS alone (see
+// tlsSide.quiet). net/http learns the same from the read it keeps
 // posted on every idle connection.
 func (cn *conn) usable() bool {
 	if cn.br.Buffered() > 0 {
@@ -359,15 +393,23 @@ func (cn *conn) usable() bool {
 		_ = cn.nc.SetReadDeadline(time.Time{})
 		ready, err = cn.idle.readable()
 	}
-	return !ready && err == nil
+	if err != nil {
+		return false
+	}
+	if cn.tls == nil {
+		return !ready
+	}
+	return cn.tls.quiet(ready)
 }
 
 // close closes the connection and lets its context go: a context that
 // outlives its requests (a partition's) must not keep closed
-// connections.
+// connections. The socket is closed without TLS's close_notify, which
+// is written with a wait of up to 5 s, too long for an endpoint that
+// does not read, under the pool's lock; HTTP/1.1 frames its own ends.
 func (cn *conn) close() {
 	cn.stopWatch()
-	_ = cn.nc.Close()
+	_ = cn.raw.Close()
 }
 
 // aLongTimeAgo is a deadline that has passed: setting it interrupts a

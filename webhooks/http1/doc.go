@@ -13,16 +13,21 @@
 //
 // Responses are parsed by net/http's own reader (http.ReadResponse), so
 // status lines, headers, chunked bodies, Connection: close and HTTP/1.0
-// answers are read exactly as net/http reads them. Only plain TCP is
-// spoken: https, redirects and request signing that needs an
-// *http.Request stay with net/http (see webhooks.Client).
+// answers are read exactly as net/http reads them. Requests go over TCP
+// or TLS (Request.TLS), offering HTTP/1.1 alone in the handshake; an
+// endpoint that refuses it gets ErrNoHTTP1, before anything is written.
+// Redirects, client certificates, HTTP/2 and request signing that needs
+// an *http.Request stay with net/http (see webhooks.Client).
 //
 // What net/http's transport guards against, this client guards against
 // too (test/hostile runs each against both):
 //   - bytes nobody asked for: a connection goes back to the pool only with
 //     nothing buffered, and one taken from it is asked first, without
 //     waiting, whether a byte or the endpoint's close is there to read
-//     (net/http keeps a read posted on every idle connection);
+//     (net/http keeps a read posted on every idle connection); over TLS
+//     the TLS layer is asked too, and bytes on the socket are read
+//     briefly: records of TLS alone (a session ticket sent late, a key
+//     update) leave the connection usable, anything else closes it;
 //   - a head without end: the status line and headers of the answer and
 //     of every informational answer before it are read within one
 //     allowance, Config.MaxHeadBytes (net/http's MaxResponseHeaderBytes),

@@ -1,0 +1,131 @@
+package webhooks_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/keyhook/keyhook/webhooks"
+)
+
+// tlsEndpoint is an https test server answering 204 that counts the
+// connections it accepted and records each request's protocol.
+type tlsEndpoint struct {
+	*httptest.Server
+	conns  atomic.Int64
+	mu     sync.Mutex
+	protos []string
+}
+
+func newTLSEndpoint(t *testing.T, h2 bool, cfg *tls.Config) *tlsEndpoint {
+	t.Helper()
+	e := &tlsEndpoint{}
+	e.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		e.protos = append(e.protos, r.Proto)
+		e.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	e.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			e.conns.Add(1)
+		}
+	}
+	e.EnableHTTP2 = h2
+	e.TLS = cfg
+	e.StartTLS()
+	t.Cleanup(e.Close)
+	return e
+}
+
+func (e *tlsEndpoint) roots() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(e.Certificate())
+	return p
+}
+
+func (e *tlsEndpoint) seenProtos() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.protos)
+}
+
+// https endpoints get the http1 client over TLS, and a TLS 1.3
+// connection is reused although the server sends session tickets after
+// the handshake: records of TLS alone on an idle connection are no
+// answer nobody asked for.
+func TestHTTPSEndpointsKeepTheirTLS13ConnectionsOnTheHTTP1Client(t *testing.T) {
+	for _, version := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+		t.Run(tls.VersionName(version), func(t *testing.T) {
+			ep := newTLSEndpoint(t, false, &tls.Config{MinVersion: version, MaxVersion: version})
+			c := newClient(t, webhooks.ClientConfig{RootCAs: ep.roots()})
+			const n = 20
+			for i := range n {
+				if a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook", Body: []byte("{}")}, 1); a.Err != nil || a.Status != http.StatusNoContent {
+					t.Fatalf("request %d: status %d, err %v", i, a.Status, a.Err)
+				}
+			}
+			if got := ep.conns.Load(); got != 1 {
+				t.Errorf("%d requests one after another took %d connections, want 1", n, got)
+			}
+			for i, p := range ep.seenProtos() {
+				if p != "HTTP/1.1" {
+					t.Errorf("request %d spoke %s, want HTTP/1.1 (the http1 client)", i+1, p)
+				}
+			}
+		})
+	}
+}
+
+// The http1 client checks the endpoint's certificate as net/http does:
+// a certificate from authorities the client does not trust fails the
+// attempt.
+func TestTheHTTP1ClientRefusesAnUntrustedCertificate(t *testing.T) {
+	ep := newTLSEndpoint(t, false, nil)
+	c := newClient(t, webhooks.ClientConfig{})
+	a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook", Body: []byte("{}")}, 1)
+	if a.Err == nil || a.Status != 0 {
+		t.Fatalf("status %d, err %v; want a certificate error", a.Status, a.Err)
+	}
+	if ep.seenProtos() != nil {
+		t.Errorf("the endpoint got %d requests over a connection the client should have refused", len(ep.seenProtos()))
+	}
+}
+
+// An https endpoint that refuses HTTP/1.1 in its handshake (the
+// no_application_protocol alert) is sent to by net/http over HTTP/2,
+// within the same attempt, and from then on without trying HTTP/1.1
+// again.
+func TestAnHTTPSEndpointRefusingHTTP1GetsHTTP2(t *testing.T) {
+	var ep *tlsEndpoint
+	ep = newTLSEndpoint(t, true, &tls.Config{GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		cfg := ep.TLS.Clone()
+		cfg.GetConfigForClient = nil
+		if !slices.Contains(hello.SupportedProtos, "h2") {
+			// No protocol in common and no "h2" to fall back from:
+			// crypto/tls answers with the alert.
+			cfg.NextProtos = []string{"h2-only"}
+		}
+		return cfg, nil
+	}})
+	c := newClient(t, webhooks.ClientConfig{RootCAs: ep.roots()})
+	for i := range 3 {
+		if a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook", Body: []byte("{}")}, 1); a.Err != nil || a.Status != http.StatusNoContent {
+			t.Fatalf("request %d: status %d, err %v", i, a.Status, a.Err)
+		}
+	}
+	if got := ep.seenProtos(); !slices.Equal(got, []string{"HTTP/2.0", "HTTP/2.0", "HTTP/2.0"}) {
+		t.Errorf("protocols %q, want HTTP/2.0 three times", got)
+	}
+	// One refused handshake, then one HTTP/2 connection.
+	if got := ep.conns.Load(); got != 2 {
+		t.Errorf("%d connections, want 2: the refused one, then one HTTP/2 connection", got)
+	}
+}

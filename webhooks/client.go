@@ -144,11 +144,11 @@ type ClientConfig struct {
 	// other redirect ends the attempt with [ErrRedirectRefused].
 	FollowRedirects int
 	// NetHTTPOnly sends every attempt through net/http. By default
-	// attempts to http and https endpoints go through the http1 client
-	// (HTTP/1.1, over TLS for https), which costs about half the CPU;
-	// redirects, client certificates and AWS signatures always use
-	// net/http, and so does an https endpoint that refused HTTP/1.1 in
-	// its handshake (net/http speaks HTTP/2 to it).
+	// attempts to http endpoints go through the http1 client, which
+	// costs about half the CPU, and attempts to https endpoints go over
+	// HTTP/2 (net/http) where the endpoint chooses it in the handshake,
+	// else through the http1 client over TLS; redirects, client
+	// certificates and AWS signatures always use net/http.
 	NetHTTPOnly bool
 	// RootCAs, if not nil, are the authorities that endpoints'
 	// certificates are verified against, on both transports. Default:
@@ -189,9 +189,12 @@ type Client struct {
 	creds *credentialCache
 	// goodURLs are endpoint URLs that passed the check of every attempt.
 	goodURLs urlChecks
-	// noHTTP1 are the https addresses that refused HTTP/1.1 in a
-	// handshake: net/http serves them from then on.
-	noHTTP1 addrSet
+	// h2 is net/http speaking HTTP/2 alone, to https endpoints the http1
+	// client could serve (see h2first.go); h1Only are the https addresses
+	// that did not choose HTTP/2 in a handshake, which the http1 client
+	// serves from then on.
+	h2     *http.Transport
+	h1Only addrSet
 	// calls recycles the calls the http1 client sent, their header map
 	// with them: a call and its map were five allocations of every
 	// attempt. A call net/http sent is left to the collector, since
@@ -231,6 +234,12 @@ func (s *addrSet) add(addr string) {
 		if _, loaded := s.m.LoadOrStore(addr, struct{}{}); !loaded {
 			s.n.Add(1)
 		}
+	}
+}
+
+func (s *addrSet) remove(addr string) {
+	if _, loaded := s.m.LoadAndDelete(addr); loaded {
+		s.n.Add(-1)
 	}
 }
 
@@ -409,6 +418,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		c.h1 = h1
+		c.h2 = newHTTP2Transport(tr, dial)
 	}
 	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	// One wrapper per concern, outermost first. The span covers the whole
@@ -475,6 +485,9 @@ func chain(core handler, wrappers ...func(handler) handler) handler {
 // Call it when the client is no longer needed.
 func (c *Client) CloseIdleConnections() {
 	c.tr.CloseIdleConnections()
+	if c.h2 != nil {
+		c.h2.CloseIdleConnections()
+	}
 	if c.h1 != nil {
 		c.h1.CloseIdle()
 	}
@@ -641,17 +654,25 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// A refusal in the handshake comes before a byte of the request, so
+	// the other protocol may send it within the same attempt.
 	var ans answer
-	if c.viaHTTP1(cl) {
-		ans = c.postHTTP1(ctx, deadline, cl)
-		if errors.Is(ans.err, http1.ErrNoHTTP1) {
-			// Refused in the handshake, before a byte of the request:
-			// net/http sends it, offering HTTP/2, within the attempt.
-			c.noHTTP1.add(cl.url.addr)
-			ans = c.postNetHTTP(ctx, deadline, cl)
+	switch {
+	case !c.viaHTTP1(cl):
+		ans = c.postNetHTTP(ctx, deadline, cl, c.tr)
+	case cl.url.tls && !c.h1Only.has(cl.url.addr):
+		ans = c.postNetHTTP(ctx, deadline, cl, c.h2)
+		if errors.Is(ans.err, errNoHTTP2) {
+			c.h1Only.add(cl.url.addr)
+			ans = c.postHTTP1(ctx, deadline, cl)
 		}
-	} else {
-		ans = c.postNetHTTP(ctx, deadline, cl)
+	default:
+		ans = c.postHTTP1(ctx, deadline, cl)
+		if cl.url.tls && errors.Is(ans.err, http1.ErrNoHTTP1) {
+			// It spoke HTTP/1.1 once and now refuses it.
+			c.h1Only.remove(cl.url.addr)
+			ans = c.postNetHTTP(ctx, deadline, cl, c.h2)
+		}
 	}
 	c.settle(ctx, cl.a, cl.r, deadline, ans)
 }
@@ -671,8 +692,9 @@ type answer struct {
 	refused bool
 }
 
-// postNetHTTP sends the call's request through net/http.
-func (c *Client) postNetHTTP(ctx context.Context, deadline time.Time, cl *call) answer {
+// postNetHTTP sends the call's request through net/http, by tr when
+// there is nothing to follow.
+func (c *Client) postNetHTTP(ctx context.Context, deadline time.Time, cl *call, tr http.RoundTripper) answer {
 	r := cl.r
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -692,7 +714,7 @@ func (c *Client) postNetHTTP(ctx context.Context, deadline time.Time, cl *call) 
 		// Nothing to follow: the transport alone, without the client's
 		// redirect bookkeeping, which copies every header of every
 		// request.
-		resp, err = c.tr.RoundTrip(req)
+		resp, err = tr.RoundTrip(req)
 	} else {
 		hc := c.http
 		if cl.http != nil {
@@ -725,10 +747,9 @@ func (c *Client) postNetHTTP(ctx context.Context, deadline time.Time, cl *call) 
 // viaHTTP1 reports whether cl goes through the http1 client: an http or
 // https URL without credentials, with nothing that needs net/http
 // (redirects to follow, a client certificate's pool, a signature over
-// the *http.Request, an endpoint that refused HTTP/1.1).
+// the *http.Request). An https one goes to HTTP/2 first (h2first.go).
 func (c *Client) viaHTTP1(cl *call) bool {
-	return c.h1 != nil && cl.url != nil && cl.url.h1 && cl.http == nil && cl.finish == nil && c.redirects(cl.r) == 0 &&
-		!(cl.url.tls && c.noHTTP1.has(cl.url.addr))
+	return c.h1 != nil && cl.url != nil && cl.url.h1 && cl.http == nil && cl.finish == nil && c.redirects(cl.r) == 0
 }
 
 // postHTTP1 sends the call's request through the http1 client.

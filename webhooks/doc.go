@@ -27,14 +27,15 @@
 //     [AddressPolicy].
 //
 // And how it is sent:
-//   - over which client: http and https endpoints through package http1
-//     (kept-alive HTTP/1.1 connections, over TLS for https, the request
-//     written and the answer read on the delivering goroutine, about half
-//     the CPU of net/http's two goroutines per connection), everything
-//     else (redirects to follow, client certificates, AWS signatures, an
-//     https endpoint that refused HTTP/1.1 in its handshake, spoken to
-//     over HTTP/2) and every request when [ClientConfig.NetHTTPOnly]
-//     through net/http;
+//   - over which client: http endpoints through package http1
+//     (kept-alive HTTP/1.1 connections, the request written and the
+//     answer read on the delivering goroutine, about half the CPU of
+//     net/http's two goroutines per connection); https endpoints over
+//     HTTP/2 through net/http where they choose it in the handshake,
+//     else through http1 over TLS (never net/http's HTTP/1
+//     connections, see h2first.go); everything else (redirects to
+//     follow, client certificates, AWS signatures) and every request
+//     when [ClientConfig.NetHTTPOnly] through net/http;
 //   - which destination addresses egress may reach ([AddressPolicy]), checked
 //     at registration ([AddressPolicy.CheckURL]), again at every connect,
 //     after DNS resolution, so a name that later resolves elsewhere (DNS

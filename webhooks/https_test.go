@@ -57,11 +57,12 @@ func (e *tlsEndpoint) seenProtos() []string {
 	return slices.Clone(e.protos)
 }
 
-// https endpoints get the http1 client over TLS, and a TLS 1.3
-// connection is reused although the server sends session tickets after
-// the handshake: records of TLS alone on an idle connection are no
-// answer nobody asked for.
-func TestHTTPSEndpointsKeepTheirTLS13ConnectionsOnTheHTTP1Client(t *testing.T) {
+// An https endpoint that does not speak HTTP/2 gets the http1 client
+// over TLS after one refused HTTP/2 handshake, and a TLS 1.3 connection
+// is reused although the server sends session tickets after the
+// handshake: records of TLS alone on an idle connection are no answer
+// nobody asked for.
+func TestHTTPSEndpointsWithoutHTTP2KeepTheirConnectionsOnTheHTTP1Client(t *testing.T) {
 	for _, version := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
 		t.Run(tls.VersionName(version), func(t *testing.T) {
 			ep := newTLSEndpoint(t, false, &tls.Config{MinVersion: version, MaxVersion: version})
@@ -72,8 +73,9 @@ func TestHTTPSEndpointsKeepTheirTLS13ConnectionsOnTheHTTP1Client(t *testing.T) {
 					t.Fatalf("request %d: status %d, err %v", i, a.Status, a.Err)
 				}
 			}
-			if got := ep.conns.Load(); got != 1 {
-				t.Errorf("%d requests one after another took %d connections, want 1", n, got)
+			// The refused HTTP/2 handshake, then one connection for all.
+			if got := ep.conns.Load(); got != 2 {
+				t.Errorf("%d requests one after another took %d connections, want 2: the refused HTTP/2 one, then one HTTP/1.1 connection", n, got)
 			}
 			for i, p := range ep.seenProtos() {
 				if p != "HTTP/1.1" {
@@ -84,48 +86,55 @@ func TestHTTPSEndpointsKeepTheirTLS13ConnectionsOnTheHTTP1Client(t *testing.T) {
 	}
 }
 
-// The http1 client checks the endpoint's certificate as net/http does:
-// a certificate from authorities the client does not trust fails the
-// attempt.
-func TestTheHTTP1ClientRefusesAnUntrustedCertificate(t *testing.T) {
-	ep := newTLSEndpoint(t, false, nil)
-	c := newClient(t, webhooks.ClientConfig{})
-	a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook", Body: []byte("{}")}, 1)
-	if a.Err == nil || a.Status != 0 {
-		t.Fatalf("status %d, err %v; want a certificate error", a.Status, a.Err)
-	}
-	if ep.seenProtos() != nil {
-		t.Errorf("the endpoint got %d requests over a connection the client should have refused", len(ep.seenProtos()))
+// Both ways to an https endpoint check its certificate: a certificate
+// from authorities the client does not trust fails the attempt, whether
+// the endpoint speaks HTTP/2 (net/http) or not (the http1 client).
+func TestHTTPSEndpointsWithAnUntrustedCertificateAreRefused(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		ep := newTLSEndpoint(t, h2, nil)
+		c := newClient(t, webhooks.ClientConfig{})
+		a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook", Body: []byte("{}")}, 1)
+		if a.Err == nil || a.Status != 0 {
+			t.Fatalf("HTTP/2 %v: status %d, err %v; want a certificate error", h2, a.Status, a.Err)
+		}
+		if ep.seenProtos() != nil {
+			t.Errorf("HTTP/2 %v: the endpoint got %d requests over a connection the client should have refused", h2, len(ep.seenProtos()))
+		}
 	}
 }
 
-// An https endpoint that refuses HTTP/1.1 in its handshake (the
-// no_application_protocol alert) is sent to by net/http over HTTP/2,
-// within the same attempt, and from then on without trying HTTP/1.1
-// again.
-func TestAnHTTPSEndpointRefusingHTTP1GetsHTTP2(t *testing.T) {
-	var ep *tlsEndpoint
-	ep = newTLSEndpoint(t, true, &tls.Config{GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		cfg := ep.TLS.Clone()
-		cfg.GetConfigForClient = nil
-		if !slices.Contains(hello.SupportedProtos, "h2") {
-			// No protocol in common and no "h2" to fall back from:
-			// crypto/tls answers with the alert.
-			cfg.NextProtos = []string{"h2-only"}
+// An https endpoint that speaks HTTP/2 gets it, over one multiplexed
+// connection, whether it also speaks HTTP/1.1 or refuses it in its
+// handshake (the no_application_protocol alert): HTTP/2 frames belong to
+// their stream, so no answer can be taken for another request's.
+func TestHTTPSEndpointsSpeakingHTTP2GetIt(t *testing.T) {
+	for _, only := range []bool{false, true} {
+		var ep *tlsEndpoint
+		cfg := &tls.Config{}
+		if only {
+			cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				c := ep.TLS.Clone()
+				c.GetConfigForClient = nil
+				if !slices.Contains(hello.SupportedProtos, "h2") {
+					// No protocol in common: crypto/tls answers with the
+					// alert.
+					c.NextProtos = []string{"h2-only"}
+				}
+				return c, nil
+			}
 		}
-		return cfg, nil
-	}})
-	c := newClient(t, webhooks.ClientConfig{RootCAs: ep.roots()})
-	for i := range 3 {
-		if a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook", Body: []byte("{}")}, 1); a.Err != nil || a.Status != http.StatusNoContent {
-			t.Fatalf("request %d: status %d, err %v", i, a.Status, a.Err)
+		ep = newTLSEndpoint(t, true, cfg)
+		c := newClient(t, webhooks.ClientConfig{RootCAs: ep.roots()})
+		for i := range 3 {
+			if a := c.Send(context.Background(), &webhooks.Request{URL: ep.URL + "/hook", Body: []byte("{}")}, 1); a.Err != nil || a.Status != http.StatusNoContent {
+				t.Fatalf("HTTP/2 only %v, request %d: status %d, err %v", only, i, a.Status, a.Err)
+			}
 		}
-	}
-	if got := ep.seenProtos(); !slices.Equal(got, []string{"HTTP/2.0", "HTTP/2.0", "HTTP/2.0"}) {
-		t.Errorf("protocols %q, want HTTP/2.0 three times", got)
-	}
-	// One refused handshake, then one HTTP/2 connection.
-	if got := ep.conns.Load(); got != 2 {
-		t.Errorf("%d connections, want 2: the refused one, then one HTTP/2 connection", got)
+		if got := ep.seenProtos(); !slices.Equal(got, []string{"HTTP/2.0", "HTTP/2.0", "HTTP/2.0"}) {
+			t.Errorf("HTTP/2 only %v: protocols %q, want HTTP/2.0 three times", only, got)
+		}
+		if got := ep.conns.Load(); got != 1 {
+			t.Errorf("HTTP/2 only %v: %d connections, want 1", only, got)
+		}
 	}
 }

@@ -46,6 +46,21 @@ func (s *Subscription) validateRecordExpr(add func(field, msg string)) {
 	if !ok {
 		return
 	}
+	if s.Batch.Enabled() {
+		// A batch renders its records together; shaping one of them can
+		// fail, and that record alone must be dead-lettered.
+		switch {
+		case s.Transform != "":
+			add("transform", "cannot be used with batch yet")
+			return
+		case s.ValueFormat == string(recordexpr.FormatJSON):
+			add("value_format", `"json" cannot be used with batch yet`)
+			return
+		case s.OnFilterError == OnFilterErrorDeadLetter:
+			add("on_filter_error", `"dead_letter" cannot be used with batch yet`)
+			return
+		}
+	}
 	if _, err := recordexpr.Compile(s.RecordSpec()); err != nil {
 		var e *recordexpr.Error
 		if errors.As(err, &e) {

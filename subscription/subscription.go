@@ -99,9 +99,9 @@ type Subscription struct {
 	// OnFilterError is what happens to a record whose filter fails to
 	// evaluate: OnFilterErrorDeliver (the default) or
 	// OnFilterErrorDeadLetter.
-	OnFilterError string `json:"on_filter_error,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	OnFilterError string    `json:"on_filter_error,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 	// Paused stops deliveries on every node (the consumer group is left
 	// after a graceful drain) until the subscription is resumed.
 	Paused bool `json:"paused"`

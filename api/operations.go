@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/nodes"
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/subscription"
 )
 
@@ -134,6 +135,18 @@ func (h *handlers) test(w http.ResponseWriter, r *http.Request) {
 	sub, ok := h.lookup(w, r)
 	if !ok {
 		return
+	}
+	if req.Filter != nil || req.Transform != nil {
+		// The overrides are checked as the subscription's own fields
+		// would be, and named the same.
+		if _, err := recordexpr.Compile(req.WithOverrides(sub).RecordSpec()); err != nil {
+			var e *recordexpr.Error
+			if errors.As(err, &e) {
+				writeProblem(w, validationProblem([]subscription.FieldError{{Field: e.Field, Message: e.Message}}))
+				return
+			}
+		}
+		sub = req.WithOverrides(sub)
 	}
 	res, err := h.deps.Tester.Test(r.Context(), sub, req)
 	switch {

@@ -101,7 +101,8 @@ func TestTestDeliveryReachesTheEndpointAndReportsItsAnswer(t *testing.T) {
 	if !strings.HasPrefix(res.DeliveryID, "test_") || len(res.DeliveryID) != len("test_")+24 {
 		t.Errorf("delivery id %q, want test_ and 24 hex digits", res.DeliveryID)
 	}
-	want := TestResult{DeliveryID: res.DeliveryID, Success: true, Status: 200, DurationMS: res.DurationMS, ResponseBody: "thanks"}
+	want := TestResult{DeliveryID: res.DeliveryID, Success: true, Status: 200, DurationMS: res.DurationMS, ResponseBody: "thanks",
+		Body: `{"keyhook":"test","subscription":"` + sub.ID + `"}`}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("result (-want +got):\n%s", diff)
 	}

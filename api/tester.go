@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyhook/keyhook/delivery"
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -37,6 +38,27 @@ type TestRequest struct {
 	Value json.RawMessage `json:"value,omitempty"`
 	// Key is sent as the record key; none when nil.
 	Key *string `json:"key,omitempty"`
+	// Filter and Transform, when set, replace the subscription's for this
+	// test only (nothing is saved), so an expression can be tried before
+	// it is; "" removes the subscription's.
+	Filter    *string `json:"filter,omitempty"`
+	Transform *string `json:"transform,omitempty"`
+}
+
+// WithOverrides returns sub with the test's filter and transform in place
+// of its own (sub itself when the test sets neither).
+func (req TestRequest) WithOverrides(sub *subscription.Subscription) *subscription.Subscription {
+	if req.Filter == nil && req.Transform == nil {
+		return sub
+	}
+	c := *sub
+	if req.Filter != nil {
+		c.Filter = *req.Filter
+	}
+	if req.Transform != nil {
+		c.Transform = *req.Transform
+	}
+	return &c
 }
 
 // TestResult is what a test delivery found.
@@ -56,8 +78,17 @@ type TestResult struct {
 	// ResponseBodyTruncated is true when the body was longer.
 	ResponseBodyTruncated bool `json:"response_body_truncated"`
 	// Error says why no response arrived (connection refused, timeout,
-	// forbidden address...), "" when one did.
+	// forbidden address...), or why the record could not be delivered
+	// (a value that does not decode, a transform that fails), "" when
+	// one did.
 	Error string `json:"error,omitempty"`
+	// Filtered is true when the subscription's filter rejects the test
+	// record: a real one would be acked without delivery, so no request
+	// was sent.
+	Filtered bool `json:"filtered"`
+	// Body is the body sent (the transform's result when there is one),
+	// invalid UTF-8 replaced, at most TestResponseBodyLimit bytes.
+	Body string `json:"body"`
 }
 
 // Sender sends one attempt of a webhook; webhooks.Client implements it.
@@ -90,7 +121,22 @@ func (t *WebhookTester) Test(ctx context.Context, sub *subscription.Subscription
 	if err != nil {
 		return nil, err
 	}
-	r, err := delivery.New(sub, webhooks.RetryPolicy{}).Render(m)
+	ep := delivery.New(sub, webhooks.RetryPolicy{})
+	rec := recordexpr.Record{Key: m.Key, Value: m.Value, Timestamp: m.Time, Headers: func(func(string, []byte) bool) {}}
+	if len(sub.Topics) > 0 {
+		rec.Topic = sub.Topics[0]
+	}
+	pass, err := ep.Filter(&rec)
+	switch {
+	case err != nil && (sub.OnFilterError == subscription.OnFilterErrorDeadLetter || recordexpr.IsDecode(err)):
+		return &TestResult{DeliveryID: m.ID, Error: err.Error()}, nil
+	case err == nil && !pass:
+		return &TestResult{DeliveryID: m.ID, Filtered: true}, nil
+	}
+	if err := ep.Shape(m, &rec); err != nil {
+		return &TestResult{DeliveryID: m.ID, Error: err.Error()}, nil
+	}
+	r, err := ep.Render(m)
 	if err != nil {
 		// The subscription's format cannot carry this test message: say
 		// so as a failed test rather than an API error.
@@ -100,6 +146,7 @@ func (t *WebhookTester) Test(ctx context.Context, sub *subscription.Subscription
 	a := t.sender.Send(ctx, r, 1)
 	res := &TestResult{
 		DeliveryID: m.ID,
+		Body:       strings.ToValidUTF8(string(m.Value[:min(len(m.Value), TestResponseBodyLimit)]), "\uFFFD"),
 		Success:    webhooks.Classify(a) == webhooks.OutcomeSuccess,
 		Status:     a.Status,
 		DurationMS: a.Duration.Milliseconds(),

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -19,6 +20,11 @@ type Endpoint struct {
 	timeout time.Duration
 	format  webhooks.Format
 	now     func() time.Time
+	// expr is the subscription's decoding, filter and transform, nil
+	// when records go as they are; exprErr, when it did not compile (a
+	// subscription stored before a check it fails), fails each record.
+	expr    *recordexpr.Program
+	exprErr error
 	// signing is the signer of the moment, read without a lock and
 	// rebuilt when a rotated-out secret expires.
 	signing atomic.Pointer[signerState]
@@ -33,7 +39,7 @@ func New(sub *subscription.Subscription, defaults webhooks.RetryPolicy) *Endpoin
 		// refused batch delivered one by one) comes in the same shape.
 		f = webhooks.FormatEnvelope
 	}
-	return &Endpoint{
+	e := &Endpoint{
 		sub:     sub,
 		policy:  sub.Retry.Policy(defaults),
 		auth:    sub.Endpoint.WebhookAuth(),
@@ -41,6 +47,10 @@ func New(sub *subscription.Subscription, defaults webhooks.RetryPolicy) *Endpoin
 		format:  f,
 		now:     time.Now,
 	}
+	if spec := sub.RecordSpec(); !spec.Empty() {
+		e.expr, e.exprErr = recordexpr.Compile(spec)
+	}
+	return e
 }
 
 // Subscription returns the subscription version e was built from. It must

@@ -81,7 +81,9 @@ func (g *group) newFlight(w *worker, rec *record, ended *webhooks.Result) *fligh
 	f.id = DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
 	f.ctx, f.span = g.startDelivery(w.attemptCtx, rec, f.id)
 	fillMessage(&f.msg, f.attrs[:0], f.headers[:0], g.sub, rec.Payload, f.id, g.opts.source(rec.Payload.Topic))
-	f.req, f.reqErr = g.ep.Render(&f.msg)
+	if f.reqErr = g.shape(&f.msg, rec.Payload); f.reqErr == nil {
+		f.req, f.reqErr = g.ep.Render(&f.msg)
+	}
 	// The endpoint continues the delivery's trace: the sender writes the
 	// trace context of f.ctx, or of its attempt span, into each attempt.
 	if f.req != nil && f.span.IsRecording() {

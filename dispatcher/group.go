@@ -99,6 +99,7 @@ type counters struct {
 	topicPartitions atomic.Int64
 	delivered       atomic.Int64
 	deadLettered    atomic.Int64
+	filtered        atomic.Int64
 	inFlight        atomic.Int64
 	retrying        atomic.Int64
 	commitErrors    atomic.Int64
@@ -601,6 +602,9 @@ type GroupStats struct {
 	Subscription string
 	Delivered    int64
 	DeadLettered int64
+	// Filtered counts the records the filter rejected (see
+	// keyhook_records_filtered_total).
+	Filtered int64
 	// InFlight counts the attempts running (a batch request is one), at
 	// most the subscription's MaxInFlight.
 	InFlight int64
@@ -638,6 +642,7 @@ func (g *group) stats() GroupStats {
 		Subscription: g.sub.ID,
 		Delivered:    g.delivered.Load(),
 		DeadLettered: g.deadLettered.Load(),
+		Filtered:     g.filtered.Load(),
 		InFlight:     g.inFlight.Load(),
 		Retrying:     g.retrying.Load(),
 		CommitErrors: g.commitErrors.Load(),

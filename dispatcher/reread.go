@@ -153,7 +153,7 @@ func (w *worker) takeReread(b rereadBatch) {
 	}
 	recs := make([]partition.Record[*kgo.Record], len(b.recs))
 	for i, r := range b.recs {
-		recs[i] = machineRecord(r)
+		recs[i] = w.g.filter(machineRecord(r))
 	}
 	if b.logStart > w.logStart.Load() {
 		w.logStart.Store(b.logStart)

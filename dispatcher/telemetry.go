@@ -60,6 +60,7 @@ type telemetry struct {
 	reread       metric.Int64Counter
 	expiring     metric.Int64Counter
 	superseded   metric.Int64Counter
+	filtered     metric.Int64Counter
 	lost         metric.Int64Counter
 }
 
@@ -87,6 +88,8 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	t.expiring, e = m.Int64Counter("keyhook.records.expiring", metric.WithDescription("Pending records found about to be deleted by the topic's retention (a quarter of retention.ms before, at most 6 h) and let out of their key's turn: dead-lettered with the reason, or delivered at once when dead-lettering is off."), metric.WithUnit("{record}"))
 	must(e)
 	t.superseded, e = m.Int64Counter("keyhook.records.superseded", metric.WithDescription("Records of a conflating subscription acked without delivery: a newer record of their key arrived while they waited."), metric.WithUnit("{record}"))
+	must(e)
+	t.filtered, e = m.Int64Counter("keyhook.records.filtered", metric.WithDescription("Records the subscription's filter rejected: acked without delivery. Counted when evaluated, so a record read again (a takeover, a re-read pass) counts again."), metric.WithUnit("{record}"))
 	must(e)
 	t.lost, e = m.Int64Counter("keyhook.records.lost", metric.WithDescription("Records never delivered, by reason: retention (parked records the log start passed before they could be read again). Any increase is an incident."), metric.WithUnit("{record}"))
 	must(e)

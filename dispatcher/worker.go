@@ -656,7 +656,7 @@ func (w *worker) processInbox() {
 	for _, rs := range batches {
 		recs := make([]partition.Record[*kgo.Record], len(rs))
 		for i, r := range rs {
-			recs[i] = machineRecord(r)
+			recs[i] = w.g.filter(machineRecord(r))
 		}
 		w.m.Offer(recs)
 	}

@@ -13,6 +13,10 @@ type Record[P any] struct {
 	Key []byte
 	// Control marks a transaction marker: never delivered, acked at once.
 	Control bool
+	// Skip marks a record the subscription's filter rejected: never
+	// delivered, acked at once like a transaction marker, holding no
+	// memory, counted (Filtered).
+	Skip bool
 	// Size counts against Batch.MaxBytes (the value's length).
 	Size int
 	// Bytes is what the record holds in memory, counted against the

@@ -30,8 +30,10 @@ type Machine[P any] struct {
 	// the records dispatched without a result yet.
 	backlog  []Record[P]
 	inflight int
-	// superseded counts the records conflation acked without delivery.
+	// superseded counts the records conflation acked without delivery;
+	// filtered those the filter rejected (Record.Skip).
 	superseded int64
+	filtered   int64
 	// The parts, each in its own file, and the machine's goroutine owns
 	// them all: what the records hold of the budgets, what keys parked
 	// by offset, injected records free to go, batch assembly.
@@ -218,6 +220,9 @@ func (m *Machine[P]) accept(r Record[P]) bool {
 	m.next = off + 1
 	m.version++
 	switch p {
+	case placeSkipped:
+		m.addAcked(off, off+1)
+		m.filtered++
 	case placeAcked:
 		m.addAcked(off, off+1)
 	case placeForeign:
@@ -244,6 +249,8 @@ const (
 	// placeAcked: a transaction marker, or a record a previous owner
 	// delivered (acked it, or finished its range below a floor).
 	placeAcked
+	// placeSkipped: a record the filter rejected, acked at once.
+	placeSkipped
 	// placeForeign: another sharer's record.
 	placeForeign
 	// placeParked: parked by offset, its value dropped.
@@ -268,6 +275,10 @@ func (m *Machine[P]) classify(r Record[P]) (place, uint16) {
 		return placeForeign, h
 	case m.acked.Contains(r.Offset) || m.belowFloor(h, r.Offset):
 		return placeAcked, h
+	case r.Skip:
+		// Another sharer's stays foreign (that sharer acks it); one
+		// delivered already is not counted twice.
+		return placeSkipped, h
 	}
 	return placePending, h
 }
@@ -380,6 +391,10 @@ func (m *Machine[P]) supersede(l *lane[P]) {
 	m.superseded++
 	m.version++
 }
+
+// Filtered returns how many records were acked without delivery because
+// the filter rejected them (Record.Skip).
+func (m *Machine[P]) Filtered() int64 { return m.filtered }
 
 // Superseded returns how many records conflation acked without delivery.
 func (m *Machine[P]) Superseded() int64 { return m.superseded }

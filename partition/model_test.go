@@ -36,13 +36,18 @@ import (
 //     before its later ones, and are never batched;
 //   - records found about to fall out of retention (Expire) are marked
 //     expiring and go out of their key's turn, parked ones taken back
-//     whatever room their key has; the others keep their order.
+//     whatever room their key has; the others keep their order;
+//   - records the filter rejected (Skip) are never dispatched, never hold
+//     the watermark once fetched, and leave the order of the others as it
+//     is; each one of this node's is counted once (Filtered).
 
 // logRecord is one offset of the simulated partition log.
 type logRecord struct {
 	offset  int64
 	key     []byte
 	control bool
+	// skip: the subscription's filter rejects it.
+	skip bool
 }
 
 // model is the simulated world around one Machine.
@@ -82,11 +87,17 @@ type model struct {
 	// it is giving up; floors what a previous owner delivered per range.
 	ranges, frozen keyrange.Set
 	floors         []Floor
+	// claimed are the ranges claimed at first.
+	claimed keyrange.Set
 	// injects are the records Inject queued, by payload (-1, -2, …).
 	injects map[int64]*injectRec
 	// expired counts the records delivered marked expiring.
 	expired int
 }
+
+// fetchedSkip reports whether r is a record the filter rejected that the
+// machine has taken in: acked from then on.
+func (md *model) fetchedSkip(r logRecord) bool { return r.skip && r.offset < md.m.Next() }
 
 // injectRec is one injected record as the model follows it.
 type injectRec struct {
@@ -136,6 +147,11 @@ func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window 
 	off := int64(rnd.IntN(50))
 	n := 20 + rnd.IntN(200)
 	keys := 1 + rnd.IntN(6)
+	// Half the cases filter: a share of the records is rejected.
+	skipOneIn := 0
+	if rnd.IntN(2) == 0 {
+		skipOneIn = 2 + rnd.IntN(4)
+	}
 	for range n {
 		if rnd.IntN(8) == 0 {
 			off += int64(1 + rnd.IntN(5))
@@ -149,6 +165,7 @@ func newModel(t testing.TB, seed uint64, ordering Ordering, batch Batch, window 
 		default:
 			r.key = fmt.Appendf(nil, "k%d", rnd.IntN(keys))
 		}
+		r.skip = !r.control && skipOneIn > 0 && rnd.IntN(skipOneIn) == 0
 		md.log = append(md.log, r)
 		off++
 	}
@@ -215,7 +232,7 @@ func (md *model) belowFloor(r logRecord) bool {
 // settled reports whether r needs no delivery by anyone: a marker,
 // below the start, acked by a previous owner, or delivered.
 func (md *model) settled(r logRecord) bool {
-	return r.offset < md.start() || r.control || md.preAck.Contains(r.offset) || md.belowFloor(r) || md.delivered[r.offset] > 0
+	return r.offset < md.start() || r.control || md.preAck.Contains(r.offset) || md.belowFloor(r) || md.delivered[r.offset] > 0 || md.fetchedSkip(r)
 }
 
 func (md *model) start() int64 {
@@ -278,7 +295,7 @@ func (md *model) step(op byte) {
 
 func (md *model) record(r logRecord) Record[int64] {
 	size := 1 + int(r.offset%7)
-	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Size: size, Bytes: int64(size), Time: md.recTime(r.offset), Payload: r.offset}
+	return Record[int64]{Offset: r.offset, Key: r.key, Control: r.control, Skip: r.skip, Size: size, Bytes: int64(size), Time: md.recTime(r.offset), Payload: r.offset}
 }
 
 // recTime is the timestamp of the record at off: 50 ms apart, so that
@@ -383,6 +400,16 @@ func (md *model) find(off int64) logRecord {
 	return logRecord{}
 }
 
+// lookup returns the record at off, false for a gap or the log end.
+func (md *model) lookup(off int64) (logRecord, bool) {
+	for _, r := range md.log {
+		if r.offset == off {
+			return r, true
+		}
+	}
+	return logRecord{}, false
+}
+
 // sent checks one dispatch against order and at-least-once.
 func (md *model) sent(e *Entry[int64]) {
 	off := e.Offset
@@ -390,6 +417,8 @@ func (md *model) sent(e *Entry[int64]) {
 	switch {
 	case r.control:
 		md.t.Fatalf("step %d: marker %d dispatched", md.steps, off)
+	case r.skip:
+		md.t.Fatalf("step %d: offset %d, rejected by the filter, dispatched", md.steps, off)
 	case md.preAck.Contains(off) || md.belowFloor(r):
 		md.t.Fatalf("step %d: offset %d acked by the previous owner dispatched again", md.steps, off)
 	case !md.mine(r, md.ranges):
@@ -410,7 +439,7 @@ func (md *model) sent(e *Entry[int64]) {
 			if o.offset >= off {
 				break
 			}
-			if o.control || o.offset < md.start() || md.preAck.Contains(o.offset) || md.belowFloor(o) || md.expiring(o.offset) {
+			if o.control || o.skip || o.offset < md.start() || md.preAck.Contains(o.offset) || md.belowFloor(o) || md.expiring(o.offset) {
 				continue
 			}
 			if k, ok := md.laneOf(o.offset); ok && k == key && md.delivered[o.offset] == 0 && !md.inBatchBefore(o.offset) {
@@ -758,6 +787,9 @@ func (md *model) check() {
 		if u := md.firstUnacked(md.m.Ranges()); wm > u {
 			md.t.Fatalf("step %d: watermark %d passes offset %d, which is not acked", md.steps, wm, u)
 		}
+		if r, ok := md.lookup(wm); ok && md.fetchedSkip(r) && md.mine(r, md.m.Ranges()) {
+			md.t.Fatalf("step %d: watermark held at %d, a record the filter rejected", md.steps, wm)
+		}
 		md.lastWM = wm
 	}
 	if m.InFlight() != len(md.out) {
@@ -807,13 +839,30 @@ func (md *model) finish() {
 			md.t.Fatalf("injected record %d delivered %d times", id, x.acks)
 		}
 	}
+	// Records the filter rejected count once each: this node's at the
+	// end at least, at most those of the ranges it claimed (it may have
+	// taken some in before giving their range up).
+	filtered, claimedFiltered := int64(0), int64(0)
 	for _, r := range md.log {
+		if r.skip && r.offset >= md.start() && !md.preAck.Contains(r.offset) && !md.belowFloor(r) && md.mine(r, md.claimed) {
+			claimedFiltered++
+		}
 		if r.offset < md.start() || r.control || md.preAck.Contains(r.offset) || md.belowFloor(r) || !md.mine(r, md.ranges) {
+			continue
+		}
+		if r.skip {
+			if md.delivered[r.offset] != 0 {
+				md.t.Fatalf("offset %d, rejected by the filter, delivered", r.offset)
+			}
+			filtered++
 			continue
 		}
 		if md.delivered[r.offset] != 1 {
 			md.t.Fatalf("offset %d delivered %d times", r.offset, md.delivered[r.offset])
 		}
+	}
+	if got := md.m.Filtered(); got < filtered || got > claimedFiltered {
+		md.t.Fatalf("Filtered() = %d, want from %d to %d", got, filtered, claimedFiltered)
 	}
 	if wm := md.m.Watermark(); wm != md.logEnd {
 		md.t.Fatalf("final watermark %d, log end %d", wm, md.logEnd)
@@ -858,6 +907,7 @@ func (md *model) run(ops []byte) {
 			md.t.Fatal("an unclaimed partition is not paused")
 		}
 	}
+	md.claimed = md.ranges
 	if md.ranges != nil || md.floors != nil {
 		md.m.ClaimRanges(md.preAck.Clone(), md.ranges, md.floors)
 	} else {
@@ -905,7 +955,7 @@ func TestMachineModel(t *testing.T) {
 	if testing.Short() {
 		cases = 300
 	}
-	steps, batches, unparked, evicted, injected, expired := 0, 0, 0, int64(0), 0, 0
+	steps, batches, unparked, evicted, injected, expired, filtered := 0, 0, 0, int64(0), 0, 0, int64(0)
 	rnd := rand.New(rand.NewPCG(42, 7))
 	for i := range cases {
 		data := make([]byte, 12+rnd.IntN(400))
@@ -922,6 +972,7 @@ func TestMachineModel(t *testing.T) {
 			injected += x.acks
 		}
 		expired += md.expired
+		filtered += md.m.Filtered()
 		if t.Failed() {
 			t.Fatalf("case %d failed", i)
 		}
@@ -939,5 +990,8 @@ func TestMachineModel(t *testing.T) {
 	}
 	if expired == 0 {
 		t.Fatal("no expiring record was delivered: the cases do not exercise Expire")
+	}
+	if filtered == 0 {
+		t.Fatal("no record was filtered: the cases do not exercise Skip")
 	}
 }

@@ -85,9 +85,23 @@ type Subscription struct {
 	// Webhooks); a subscription signs by default.
 	Signing Signing `json:"signing,omitzero"`
 	// Batch groups records into one request (off by default).
-	Batch     Batch     `json:"batch,omitzero"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Batch Batch `json:"batch,omitzero"`
+	// ValueFormat and KeyFormat decode record values and keys: "bytes"
+	// (the default: as they are) or "json" (see recordexpr).
+	ValueFormat string `json:"value_format,omitempty"`
+	KeyFormat   string `json:"key_format,omitempty"`
+	// Filter is a CEL expression of type bool; a record for which it is
+	// false is acked without delivery and counted.
+	Filter string `json:"filter,omitempty"`
+	// Transform is a CEL expression whose result, a map (JSON) or a
+	// string (text), becomes the body.
+	Transform string `json:"transform,omitempty"`
+	// OnFilterError is what happens to a record whose filter fails to
+	// evaluate: OnFilterErrorDeliver (the default) or
+	// OnFilterErrorDeadLetter.
+	OnFilterError string    `json:"on_filter_error,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 	// Paused stops deliveries on every node (the consumer group is left
 	// after a graceful drain) until the subscription is resumed.
 	Paused bool `json:"paused"`

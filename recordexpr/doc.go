@@ -1,0 +1,28 @@
+// Package recordexpr compiles and evaluates a subscription's CEL
+// expressions over one record: the filter, which decides whether the record
+// is delivered, and the transform, whose result becomes the body. It owns
+// the decoding of keys and values into what expressions see (formats
+// "bytes" and "json"; a [Decoder] is the seam where Schema Registry formats
+// slot in), the variables expressions read, the cost limit that bounds an
+// evaluation, and the JSON encoding of a transform's result.
+//
+// It is pure: no Kafka, no Redis, no HTTP. Callers turn their source (a
+// fetched record, a test request) into a [Record] first. A [Program] is safe
+// for concurrent use.
+//
+// Variables:
+//
+//	key        the decoded key: with key_format "bytes", a string when the
+//	           key is UTF-8, bytes when it is not, null when there is none;
+//	           with "json", the key's JSON value
+//	key_bytes  the raw key (b"" when there is none)
+//	headers    map(string, string): the record's headers, the last value of
+//	           a repeated name winning
+//	value      the decoded value: bytes with value_format "bytes" (b"" for a
+//	           tombstone), the JSON value with "json" (null for a tombstone);
+//	           JSON integers are int, other numbers double
+//	topic      string
+//	partition  int
+//	offset     int
+//	timestamp  google.protobuf.Timestamp
+package recordexpr

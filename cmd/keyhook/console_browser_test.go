@@ -292,6 +292,14 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.run(tab, "send a test", chromedp.Click(chromedp.CSS("#send-test")))
 	b.until(tab, "the test result shows the answer as text", `document.querySelector('#test-result pre')?.textContent === `+js(xssEcho))
 
+	// A filter and a transform tried before they are saved.
+	b.run(tab, "try a filter that rejects the test", chromedp.Click(chromedp.CSS("details.try summary")),
+		chromedp.SetValue(chromedp.CSS("#test-filter"), "key == 'no-such-key'"), chromedp.Click(chromedp.CSS("#send-test")))
+	b.until(tab, "the test says the filter rejects it", `document.querySelector('#test-filtered') !== null`)
+	b.run(tab, "try a transform", chromedp.Evaluate[chromedp.Void](`document.querySelector('#test-filter').value = ''`),
+		chromedp.SetValue(chromedp.CSS("#test-transform"), "{'shaped': true}"), chromedp.Click(chromedp.CSS("#send-test")))
+	b.until(tab, "the test shows the transformed body sent", `document.querySelector('#test-body')?.textContent === '{"shaped":true}'`)
+
 	// Nothing of it ran, or became an element.
 	b.until(tab, "no script ran and no element was made from data",
 		`window.__xss === undefined && document.querySelectorAll('main img, main b, main script').length === 0`)

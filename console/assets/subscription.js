@@ -58,7 +58,17 @@ export function subscriptionPage(ctx) {
     const seek = h('form', { class: 'seek', onsubmit: (ev) => { ev.preventDefault(); confirmSeek(to.value, when.value); } },
       h('label', { for: 'seek-to' }, 'Move the consumer group to'), to, timeRow,
       h('button', { type: 'submit', id: 'seek' }, 'Seek…'));
-    replace(actions, h('h2', { id: 'actions-h' }, 'Actions'), h('div', { class: 'buttons' }, pause, test, rotate), seek);
+    // A test may try a filter and a transform before they are saved:
+    // what is typed here replaces the subscription's for that test only.
+    const tryFilter = h('textarea', { id: 'test-filter', rows: 2, spellcheck: 'false' }, sub?.filter || '');
+    const tryTransform = h('textarea', { id: 'test-transform', rows: 2, spellcheck: 'false' }, sub?.transform || '');
+    const tryValue = h('textarea', { id: 'test-value', rows: 2, spellcheck: 'false', placeholder: '{"keyhook":"test"}' });
+    const tryOut = h('details', { class: 'try' }, h('summary', {}, 'Test with a value, filter or transform'),
+      h('label', { for: 'test-value' }, 'Value (JSON; empty: the default test value)'), tryValue,
+      h('label', { for: 'test-filter' }, 'Filter (CEL; empty: none)'), tryFilter,
+      h('label', { for: 'test-transform' }, 'Transform (CEL; empty: none)'), tryTransform);
+    actions.tryOut = { filter: tryFilter, transform: tryTransform, value: tryValue };
+    replace(actions, h('h2', { id: 'actions-h' }, 'Actions'), h('div', { class: 'buttons' }, pause, test, rotate), tryOut, seek);
     actions.pauseButton = pause;
   }
 
@@ -75,14 +85,31 @@ export function subscriptionPage(ctx) {
   async function sendTest() {
     replace(result, h('p', {}, 'Sending a test delivery…'));
     try {
-      const r = await api.post(api.sub(id, '/test'), undefined, { signal: ctx.signal });
+      const t = actions.tryOut;
+      const body = { filter: t.filter.value, transform: t.transform.value };
+      if (t.value.value.trim() !== '') {
+        try {
+          body.value = JSON.parse(t.value.value);
+        } catch (err) {
+          replace(result, h('p', { class: 'error' }, 'The value is not JSON: ' + err.message));
+          return;
+        }
+      }
+      const r = await api.post(api.sub(id, '/test'), body, { signal: ctx.signal });
+      if (r.filtered) {
+        replace(result, h('h2', {}, 'Test delivery ', r.delivery_id),
+          h('dl', { class: 'facts', id: 'test-result' },
+            h('dt', {}, 'Outcome'), h('dd', { id: 'test-filtered' }, 'filtered out: the filter rejects this record, nothing was sent')));
+        return;
+      }
       replace(result, h('h2', {}, 'Test delivery ', r.delivery_id),
         h('dl', { class: 'facts', id: 'test-result' },
           h('dt', {}, 'Outcome'), h('dd', { class: r.success ? 'good' : 'bad' }, r.success ? 'accepted' : 'not accepted'),
           h('dt', {}, 'Status'), h('dd', {}, r.status || 'no response'),
           h('dt', {}, 'Took'), h('dd', {}, duration(r.duration_ms)),
           r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : null,
-          h('dt', {}, 'Response body'), h('dd', {}, h('pre', { class: 'body' }, r.response_body + (r.response_body_truncated ? '\n…' : '')))));
+          h('dt', {}, 'Response body'), h('dd', {}, h('pre', { class: 'body' }, r.response_body + (r.response_body_truncated ? '\n…' : ''))),
+          h('dt', {}, 'Body sent'), h('dd', {}, h('pre', { class: 'body', id: 'test-body' }, r.body || ''))));
     } catch (err) {
       replace(result, h('p', { class: 'error' }, err.message));
     }

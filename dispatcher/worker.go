@@ -24,7 +24,12 @@ import (
 type record = partition.Entry[*kgo.Record]
 
 // job is one record handed to the delivery pool, with the worker its
-// result goes back to.
+// result goes back to. The entry stays the worker's machine's: the pool
+// reads only its Payload (the fetched record, never changed once
+// fetched) and Expiring (atomic, set by the retention guard while the
+// entry is out), and otherwise uses the pointer only to name the entry
+// in its result (partition.Entry documents what a delivering goroutine
+// may read).
 type job struct {
 	w   *worker
 	rec *record

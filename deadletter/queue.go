@@ -131,6 +131,35 @@ func (q *Queue) Queued(ctx context.Context, subscription string) ([]Source, erro
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: list redrive queues: %w", err)
 	}
+	return parseSources(ms), nil
+}
+
+// QueuedMany is Queued for many subscriptions in one round trip (a
+// pipeline; on a cluster, one per node holding some): the dispatcher
+// polls once for every subscription a node runs. Subscriptions with
+// nothing queued are absent.
+func (q *Queue) QueuedMany(ctx context.Context, subscriptions []string) (map[string][]Source, error) {
+	cmds := make([]*redis.StringSliceCmd, len(subscriptions))
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range subscriptions {
+			cmds[i] = p.SMembers(ctx, q.keys.RedriveIndex(s))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: list redrive queues: %w", err)
+	}
+	out := make(map[string][]Source)
+	for i, s := range subscriptions {
+		if src := parseSources(cmds[i].Val()); len(src) > 0 {
+			out[s] = src
+		}
+	}
+	return out, nil
+}
+
+// parseSources reads RedriveIndex members; a malformed one is skipped.
+func parseSources(ms []string) []Source {
 	out := make([]Source, 0, len(ms))
 	for _, m := range ms {
 		i := strings.LastIndexByte(m, ':')
@@ -140,7 +169,7 @@ func (q *Queue) Queued(ctx context.Context, subscription string) ([]Source, erro
 		}
 		out = append(out, Source{Topic: m[:i], Partition: int32(p)})
 	}
-	return out, nil
+	return out
 }
 
 // Next returns up to n redrives queued for one source partition, oldest

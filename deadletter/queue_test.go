@@ -57,3 +57,40 @@ func TestQueueKeepsARedriveUntilDone(t *testing.T) {
 		t.Fatalf("after DeleteSubscription Redis holds %q, want nothing", keys)
 	}
 }
+
+// QueuedMany lists each subscription's queues as Queued does, and leaves
+// out the subscriptions with none.
+func TestQueuedManyListsEachSubscriptionsQueues(t *testing.T) {
+	ctx := context.Background()
+	rdb := testutil.StartRedis(t).Client()
+	q := newQueue(t, rdb)
+	for sub, parts := range map[string][]int32{"sub-a": {0, 3}, "sub-b": {1}} {
+		for _, p := range parts {
+			if err := q.Push(ctx, sub, []deadletter.Redrive{{DeliveryID: "dlv", Topic: "orders", Partition: p}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := q.QueuedMany(ctx, []string{"sub-a", "sub-b", "sub-empty"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["sub-empty"]; ok || len(got) != 2 {
+		t.Fatalf("QueuedMany = %v, want sub-a and sub-b only", got)
+	}
+	for _, sub := range []string{"sub-a", "sub-b"} {
+		want, _ := q.Queued(ctx, sub)
+		if len(got[sub]) != len(want) {
+			t.Fatalf("QueuedMany[%s] = %v, Queued = %v", sub, got[sub], want)
+		}
+		seen := map[deadletter.Source]bool{}
+		for _, s := range want {
+			seen[s] = true
+		}
+		for _, s := range got[sub] {
+			if !seen[s] {
+				t.Fatalf("QueuedMany[%s] lists %v, which Queued does not (%v)", sub, s, want)
+			}
+		}
+	}
+}

@@ -55,17 +55,11 @@ type group struct {
 	outcomeAttrs map[string]attribute.Set
 	opts         deliveryOpts
 
-	// jobs hands ready records to the delivery pool; its MaxInFlight
+	// pool runs the deliveries one attempt at a time; its MaxInFlight
 	// slots bound the subscription's attempts in flight on the node.
-	jobs chan job
-	// batches does the same for subscriptions that batch.
-	batches chan batchJob
-	// pool runs the deliveries one attempt at a time.
 	pool *pool
-	// redrives hands injected redrives to the group's redrive slots; the
-	// redriver feeds the workers from the node's RedriveQueue, nil without
-	// one.
-	redrives chan job
+	// redriver feeds the workers from the node's RedriveQueue, nil
+	// without one; the pool's redrive slots deliver what it injected.
 	redriver *redriver
 
 	// balancer shares partitions by key range (nil when the subscription
@@ -108,12 +102,9 @@ type counters struct {
 func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	g := &group{
 		n: n, sub: s,
-		log:      n.log.With("subscription", s.ID),
-		jobs:     make(chan job),
-		batches:  make(chan batchJob),
-		redrives: make(chan job),
-		workers:  make(map[topicPartition]*worker),
-		starts:   make(map[topicPartition]partitionStart),
+		log:     n.log.With("subscription", s.ID),
+		workers: make(map[topicPartition]*worker),
+		starts:  make(map[topicPartition]partitionStart),
 	}
 	g.pool = newPool(g)
 	g.live = newLiveness(n.cfg.lease(), nil)
@@ -187,55 +178,21 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 // run polls until ctx ends, then shuts down in this order: stop polling,
 // drain every partition (in-flight deliveries up to DrainTimeout), flush and
 // commit, release the claims, leave the group, stop the delivery pool.
+// Its commits, retention reads and redrive polls are the node's loops'
+// (loops.go), which it joins while it polls; its deliveries run in
+// goroutines its pool starts on demand.
 func (g *group) run(ctx context.Context) error {
-	poolCtx, stopPool := context.WithCancel(context.Background())
-
-	var bg sync.WaitGroup
-	for range g.sub.MaxInFlight {
-		bg.Add(1)
-		go func() {
-			defer bg.Done()
-			g.pool.loop(poolCtx)
-		}()
-	}
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		g.commitLoop(ctx)
-	}()
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		g.watchRetention(ctx)
-	}()
-	if g.redriver != nil {
-		// Redrives take at most this many slots of their own, beside the
-		// subscription's in-flight budget: they are an operator's rare
-		// action, and must not wait behind a backlog.
-		for range min(max(g.sub.MaxInFlight, 1), 16) {
-			bg.Add(1)
-			go func() {
-				defer bg.Done()
-				g.redriveLoop(poolCtx)
-			}()
-		}
-		bg.Add(1)
-		go func() {
-			defer bg.Done()
-			g.redriver.run(ctx)
-		}()
-	}
-
 	g.ensureDeadLetterTopics(ctx)
+	g.n.loops.join(g)
 	g.log.Info("consumer started", "group", g.sub.GroupID(), "topics", g.sub.Topics, "ordering", g.sub.Ordering)
 	err := g.poll(ctx)
+	g.n.loops.leave(g)
 
 	// Graceful shutdown: everything this node owns is handed over cleanly.
 	g.releaseAll(g.takeWorkers(nil), true)
 	g.client().Close()
 	g.stopWorkers()
-	stopPool()
-	bg.Wait()
+	g.pool.close()
 	g.log.Info("consumer stopped")
 	return err
 }
@@ -507,23 +464,16 @@ func (g *group) releaseAll(ws []*worker, graceful bool) {
 	}
 }
 
-func (g *group) commitLoop(ctx context.Context) {
-	t := time.NewTicker(g.n.cfg.CommitInterval)
-	defer t.Stop()
-	g.countTopicPartitions(ctx)
-	var lastCount time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			g.commit(g.snapshotWorkers())
-			if now.Sub(lastCount) >= 30*time.Second {
-				lastCount = now
-				g.countTopicPartitions(ctx)
-			}
+// hasCommit says whether a partition has a watermark to commit.
+func (g *group) hasCommit() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, w := range g.workers {
+		if _, ok := w.commitCandidate(); ok {
+			return true
 		}
 	}
+	return false
 }
 
 // countTopicPartitions reads how many partitions the subscription's topics

@@ -68,6 +68,9 @@ type Node struct {
 	// flusher writes the tracking state of all partitions, one round per
 	// FlushInterval.
 	flusher *flusher
+	// loops commit, read the topics and poll the redrive queues of every
+	// group, one goroutine each for the node.
+	loops *loops
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -106,6 +109,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		budget:  budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
+	n.loops = newLoops(n)
 	tel, err := newTelemetry(n)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: telemetry: %w", err)
@@ -138,6 +142,13 @@ func (n *Node) Run(ctx context.Context) error {
 		defer close(flusherDone)
 		n.flusher.run(fctx)
 	}()
+	// The loops stop once the last group left them.
+	lctx, stopLoops := context.WithCancel(context.Background())
+	loopsDone := make(chan struct{})
+	go func() {
+		defer close(loopsDone)
+		n.loops.run(lctx)
+	}()
 	err := n.subs.Watch(ctx, n.cfg.ResyncInterval, n.reconcile)
 	n.mu.Lock()
 	for id, r := range n.runners {
@@ -146,6 +157,8 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.wg.Wait()
+	stopLoops()
+	<-loopsDone
 	stopFlusher()
 	<-flusherDone
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"context"
 	"sync"
 	"time"
 )
@@ -24,25 +23,45 @@ type task interface {
 	size() int64
 }
 
-// pool is a subscription's delivery slots: MaxInFlight goroutines, each
-// running one attempt at a time, so MaxInFlight bounds the attempts in
-// flight, not the deliveries under way. A task that must wait for its
-// next attempt (a retry, a blocked key) gives its slot back and waits on
-// a timer; when the timer fires it queues for the next free slot. Its
-// record stays the head of its lane meanwhile, so its key stays blocked
-// while the others flow, and what waits costs a timer and the task's
-// state, bounded by the partitions' windows.
+// pool is a subscription's delivery slots: at most MaxInFlight attempts
+// run at once, so MaxInFlight bounds the attempts in flight, not the
+// deliveries under way. A slot is a token in slots, not a parked
+// goroutine: a worker takes one by sending into slots (a case of its
+// loop's select, so it never blocks on the pool, and what finds no free
+// slot waits in the worker's machine), and a goroutine is started for
+// the task; it runs the tasks due meanwhile back to back, then gives the
+// slot back and exits, so an idle subscription has no delivery
+// goroutine. A task that must wait for its next attempt (a retry, a
+// blocked key) gives its slot back and waits on a timer; when the timer
+// fires it takes a free slot, or queues for the next slot given back.
+// Its record stays the head of its lane meanwhile, so its key stays
+// blocked while the others flow, and what waits costs a timer and the
+// task's state, bounded by the partitions' windows.
+//
+// Redriven dead letters have slots of their own (redriveSlots), beside
+// the subscription's in-flight budget, taken and run the same way.
 type pool struct {
 	g *group
-	// ready wakes one slot when a task is due.
-	ready chan struct{}
+	// slots holds a token per attempt running or about to; its capacity
+	// is MaxInFlight.
+	slots chan struct{}
+	// redriveSlots does the same for redrives: they are an operator's
+	// rare action, and must not wait behind a backlog.
+	redriveSlots chan struct{}
+	// running counts the pool's goroutines, so the group stops only
+	// once the last returned.
+	running sync.WaitGroup
 
 	mu sync.Mutex
-	// due are the tasks whose wait ended, oldest first.
+	// due are the tasks whose wait ended while every slot was taken,
+	// oldest first. Non-empty only while every slot is taken: a slot is
+	// given back (under mu) only when nothing is due.
 	due []task
 	// waiting are the tasks waiting on a timer, by worker, so a drain
 	// finds its own at once.
 	waiting map[*worker]map[task]*time.Timer
+	// closed is set once the group stopped: no goroutine starts after.
+	closed bool
 }
 
 // attemptTimeout is the timeout of one attempt of the subscription: its
@@ -55,28 +74,51 @@ func (g *group) attemptTimeout() time.Duration {
 }
 
 func newPool(g *group) *pool {
-	return &pool{g: g, ready: make(chan struct{}, 1), waiting: make(map[*worker]map[task]*time.Timer)}
+	return &pool{
+		g:            g,
+		slots:        make(chan struct{}, g.sub.MaxInFlight),
+		redriveSlots: make(chan struct{}, min(max(g.sub.MaxInFlight, 1), 16)),
+		waiting:      make(map[*worker]map[task]*time.Timer),
+	}
 }
 
-// loop is one slot: it runs the tasks that are due and the deliveries the
-// workers hand over, one attempt at a time, until ctx ends.
-func (p *pool) loop(ctx context.Context) {
-	g := p.g
-	for {
-		var t task
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.ready:
-			if t = p.pop(); t == nil {
-				continue
-			}
-		case j := <-g.jobs:
-			t = g.newFlight(j.w, j.rec, nil)
-		case b := <-g.batches:
-			t = g.newBatchFlight(b.w, b.recs)
-		}
+// startJob delivers j in the slot its worker just took (by sending into
+// slots). The flight is built here, off the worker's loop: rendering is
+// the delivery's cost, not the partition's.
+func (p *pool) startJob(j job) {
+	p.running.Add(1)
+	go func() {
+		defer p.running.Done()
+		p.serve(p.g.newFlight(j.w, j.rec, nil))
+	}()
+}
+
+// startBatch does the same for a batch.
+func (p *pool) startBatch(w *worker, recs []*record) {
+	p.running.Add(1)
+	go func() {
+		defer p.running.Done()
+		p.serve(p.g.newBatchFlight(w, recs))
+	}()
+}
+
+// startRedrive delivers an injected redrive in the redrive slot its
+// worker just took.
+func (p *pool) startRedrive(j job) {
+	p.running.Add(1)
+	go func() {
+		defer p.running.Done()
+		defer func() { <-p.redriveSlots }()
+		p.g.redriver.deliver(j)
+	}()
+}
+
+// serve runs t in the slot the caller holds, then every task due, one
+// attempt at a time, and gives the slot back once nothing is due.
+func (p *pool) serve(t task) {
+	for t != nil {
 		p.run(t)
+		t = p.next()
 	}
 }
 
@@ -102,28 +144,22 @@ func (p *pool) run(t task) {
 	}
 }
 
-// pop takes the oldest due task and passes the wake-up on while more are
-// due (ready holds one signal however many tasks are due).
-func (p *pool) pop() task {
+// next takes the oldest due task for the caller's slot, or, with none
+// due, gives the slot back and returns nil. Both under mu, with wake's
+// attempt to take a slot: a task found no slot only while every slot was
+// taken, and each holder looks at due before giving its slot back, so no
+// task stays due while a slot is free.
+func (p *pool) next() task {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.due) == 0 {
+		<-p.slots
 		return nil
 	}
 	t := p.due[0]
 	p.due[0] = nil
 	p.due = p.due[1:]
-	if len(p.due) > 0 {
-		p.signal()
-	}
 	return t
-}
-
-func (p *pool) signal() {
-	select {
-	case p.ready <- struct{}{}:
-	default:
-	}
 }
 
 // park lets t wait d for its next attempt off every slot; a task of a
@@ -146,16 +182,41 @@ func (p *pool) park(t task, d time.Duration) {
 	p.mu.Unlock()
 }
 
-// wake moves t from waiting to due, unless it was stopped meanwhile.
+// wake moves t from waiting to a free slot, or to due when none is free,
+// unless it was stopped meanwhile.
 func (p *pool) wake(t task) {
 	w := t.owner()
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !p.unwait(w, t) {
+		p.mu.Unlock()
 		return
 	}
-	p.due = append(p.due, t)
-	p.signal()
+	if p.closed {
+		p.mu.Unlock()
+		t.stop()
+		return
+	}
+	select {
+	case p.slots <- struct{}{}:
+		p.running.Add(1)
+		go func() {
+			defer p.running.Done()
+			p.serve(t)
+		}()
+	default:
+		p.due = append(p.due, t)
+	}
+	p.mu.Unlock()
+}
+
+// close waits for the pool's goroutines to end, once every worker of the
+// group stopped (their tasks end with their deliveryCtx); a timer firing
+// after stops its task instead of starting a goroutine.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.running.Wait()
 }
 
 // unwait removes t from the waiting set; false when it was not there.

@@ -9,11 +9,13 @@ import (
 )
 
 // RedriveQueue holds redriven dead letters until the owner of their
-// source partition has sent them; deadletter.Queue implements it. Queued
-// lists the partitions with redrives queued; Next returns up to n of one
-// partition's, oldest first, leaving them queued; Done takes one out.
+// source partition has sent them; deadletter.Queue implements it.
+// QueuedMany lists the partitions with redrives queued of each of many
+// subscriptions, in one round trip (the node polls once for all); Next
+// returns up to n of one partition's, oldest first, leaving them queued;
+// Done takes one out.
 type RedriveQueue interface {
-	Queued(ctx context.Context, subscription string) ([]deadletter.Source, error)
+	QueuedMany(ctx context.Context, subscriptions []string) (map[string][]deadletter.Source, error)
 	Next(ctx context.Context, subscription, topic string, partition int32, n int) ([]deadletter.Redrive, error)
 	Done(ctx context.Context, r deadletter.Redrive) error
 }
@@ -49,22 +51,10 @@ func newRedriver(g *group, q RedriveQueue) *redriver {
 	return &redriver{g: g, q: q, taken: make(map[*worker]map[string]bool), entries: make(map[*record]injected)}
 }
 
-// run reads the queues of the owned partitions every RedriveInterval
-// until ctx ends.
-func (r *redriver) run(ctx context.Context) {
-	t := time.NewTicker(r.g.n.cfg.RedriveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.poll(ctx)
-		}
-	}
-}
-
-func (r *redriver) poll(ctx context.Context) {
+// poll reads the queues of the owned partitions that sources, the node's
+// list of the subscription's queues (loops.redriveLoop), says are not
+// empty.
+func (r *redriver) poll(ctx context.Context, sources []deadletter.Source) {
 	ws := r.g.snapshotWorkers()
 	owned := make(map[*worker]bool, len(ws))
 	for _, w := range ws {
@@ -82,19 +72,7 @@ func (r *redriver) poll(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	sources, err := r.q.Queued(rctx, r.g.sub.ID)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			r.g.log.Warn("cannot list redrives; will retry", "err", err)
-		}
-		return
-	}
-	queued := make(map[topicPartition]bool, len(sources))
-	for _, s := range sources {
-		queued[topicPartition{s.Topic, s.Partition}] = true
-	}
+	queued := queuedSet(sources)
 	for _, w := range ws {
 		if !w.pub.claimed.Load() || w.pub.fenced.Load() {
 			continue
@@ -217,16 +195,4 @@ func (r *redriver) done(ctx context.Context, w *worker, rd deadletter.Redrive) {
 		taken[rd.ID] = true
 	}
 	r.mu.Unlock()
-}
-
-// redriveLoop is one slot of the group's redrive deliveries.
-func (g *group) redriveLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-g.redrives:
-			g.redriver.deliver(j)
-		}
-	}
 }

@@ -30,7 +30,8 @@ const lostRetention = "retention"
 // reason before retention deletes it.
 var errRetention = errors.New("the record was about to be deleted by the topic's retention while its key waited; dead-lettered out of its key's turn")
 
-// retentionRefresh is how often the topics' retention is read again.
+// retentionRefresh is how often the topics' retention is read again (by
+// the node's topics loop, loops.go).
 const retentionRefresh = time.Minute
 
 // guardEvery paces a partition's retention checks: at most once a
@@ -53,22 +54,6 @@ func guardInterval(retention time.Duration) time.Duration {
 // early that a short outage costs a key its order).
 func retentionMargin(retention time.Duration) time.Duration {
 	return min(retention/4, 6*time.Hour)
-}
-
-// watchRetention reads the time-based retention of the subscription's
-// topics now and every retentionRefresh until ctx ends.
-func (g *group) watchRetention(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		g.readRetention(ctx)
-		t.Reset(retentionRefresh)
-	}
 }
 
 // readRetention reads retention.ms of every topic of the subscription;

@@ -24,16 +24,15 @@ import (
 type record = partition.Entry[*kgo.Record]
 
 // job is one record handed to the delivery pool, with the worker its
-// result goes back to.
+// result goes back to. The entry stays the worker's machine's: the pool
+// reads only its Payload (the fetched record, never changed once
+// fetched) and Expiring (atomic, set by the retention guard while the
+// entry is out), and otherwise uses the pointer only to name the entry
+// in its result (partition.Entry documents what a delivering goroutine
+// may read).
 type job struct {
 	w   *worker
 	rec *record
-}
-
-// batchJob is a batch of one worker's records handed to the delivery pool.
-type batchJob struct {
-	w    *worker
-	recs []*record
 }
 
 // result is what the delivery pool hands back to a worker.
@@ -415,15 +414,16 @@ func (w *worker) do(f func()) bool {
 	}
 }
 
-// dispatchReady hands the pool the records ready now, as long as an idle
-// delivery goroutine takes each at once: a channel operation per record
-// rather than a turn of run's select over all its cases, which was a
-// tenth of the worker's time at full load.
+// dispatchReady hands the pool the records ready now, as long as a
+// delivery slot is free for each: a channel operation per record rather
+// than a turn of run's select over all its cases, which was a tenth of
+// the worker's time at full load.
 func (w *worker) dispatchReady() {
 	for e := w.m.Peek(); e != nil; e = w.m.Peek() {
 		select {
-		case w.g.jobs <- job{w: w, rec: e}:
+		case w.g.pool.slots <- struct{}{}:
 			_ = w.m.Dispatch(e)
+			w.g.pool.startJob(job{w: w, rec: e})
 		default:
 			return
 		}
@@ -449,9 +449,12 @@ func (w *worker) run() {
 	batchTimer.Stop()
 	defer batchTimer.Stop()
 	for {
-		var send chan<- job
+		// A send into the pool's slots takes a delivery slot: the case
+		// is ready only while one is free, so what waits for one stays
+		// in the machine.
+		var send chan<- struct{}
 		var head job
-		var sendBatch chan<- batchJob
+		var sendBatch chan<- struct{}
 		leased := w.owned()
 		if batching {
 			if w.offer == nil {
@@ -462,17 +465,17 @@ func (w *worker) run() {
 				}
 			}
 			if w.offer != nil && !w.m.Stopped() && leased {
-				sendBatch = w.g.batches
+				sendBatch = w.g.pool.slots
 			}
 		} else if e := w.m.Peek(); e != nil && leased {
-			send, head = w.g.jobs, job{w: w, rec: e}
+			send, head = w.g.pool.slots, job{w: w, rec: e}
 		}
 		// Redriven dead letters, injected on their key's lane by the
 		// group's redriver, go to its redrive slots (see redrive.go).
-		var sendRedrive chan<- job
+		var sendRedrive chan<- struct{}
 		var redrive job
 		if e := w.m.PeekExtra(); e != nil && leased {
-			sendRedrive, redrive = w.g.redrives, job{w: w, rec: e}
+			sendRedrive, redrive = w.g.pool.redriveSlots, job{w: w, rec: e}
 		}
 		select {
 		case <-w.ctx.Done():
@@ -487,13 +490,16 @@ func (w *worker) run() {
 			w.processTracking()
 			w.processInbox()
 			w.reshape()
-		case send <- head:
+		case send <- struct{}{}:
 			_ = w.m.Dispatch(head.rec) // head is what Peek returned
+			w.g.pool.startJob(head)
 			w.dispatchReady()
-		case sendRedrive <- redrive:
+		case sendRedrive <- struct{}{}:
 			_ = w.m.DispatchExtra(redrive.rec) // redrive is what PeekExtra returned
-		case sendBatch <- batchJob{w: w, recs: w.offer}:
+			w.g.pool.startRedrive(redrive)
+		case sendBatch <- struct{}{}:
 			w.m.DispatchBatch(w.offer)
+			w.g.pool.startBatch(w, w.offer)
 			w.offer = nil
 		case <-batchTimer.C:
 			// The oldest ready record waited long enough: the loop offers

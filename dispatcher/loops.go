@@ -1,0 +1,218 @@
+package dispatcher
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyhook/keyhook/deadletter"
+)
+
+// countEvery is how often each group reads how many partitions its
+// topics have, for the partitions.total gauge.
+const countEvery = 30 * time.Second
+
+// loops is the node's periodic work for every group running on it, one
+// goroutine per kind of work instead of one per group: commits every
+// CommitInterval, the topics' retention and partition count, and the
+// redrive queues every RedriveInterval in one Redis round trip for all.
+// An idle subscription then costs no goroutine of its own here. A group
+// joins once it polls and leaves when it stops; leave returns once no
+// loop works on the group any more, so its shutdown (the final commit,
+// closing its client) never races one.
+type loops struct {
+	n *Node
+	// joined wakes the topics loop to read a new group's topics at once.
+	joined chan struct{}
+
+	mu sync.Mutex
+	// members are the groups running, guarded by mu.
+	members map[*group]*member
+}
+
+// member is one group's place in the loops.
+type member struct {
+	g *group
+	// use is read-held by a loop working on the group; leave takes it to
+	// wait them out, and sets left under it.
+	use  sync.RWMutex
+	left bool
+	// committing is set while a commit of the group runs: a commit
+	// slower than the interval is not piled upon.
+	committing atomic.Bool
+	// The topics loop's schedule for the group, owned by that loop.
+	nextRetention, nextCount time.Time
+}
+
+func newLoops(n *Node) *loops {
+	return &loops{n: n, joined: make(chan struct{}, 1), members: make(map[*group]*member)}
+}
+
+// join adds g to every loop.
+func (l *loops) join(g *group) {
+	l.mu.Lock()
+	l.members[g] = &member{g: g}
+	l.mu.Unlock()
+	select {
+	case l.joined <- struct{}{}:
+	default:
+	}
+}
+
+// leave takes g out of every loop and returns once none works on it.
+func (l *loops) leave(g *group) {
+	l.mu.Lock()
+	m := l.members[g]
+	delete(l.members, g)
+	l.mu.Unlock()
+	if m == nil {
+		return
+	}
+	m.use.Lock()
+	m.left = true
+	m.use.Unlock()
+}
+
+// snapshot returns the members now.
+func (l *loops) snapshot() []*member {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*member, 0, len(l.members))
+	for _, m := range l.members {
+		out = append(out, m)
+	}
+	return out
+}
+
+// with runs f on m's group unless it left; false if it did.
+func (m *member) with(f func(g *group)) bool {
+	m.use.RLock()
+	defer m.use.RUnlock()
+	if m.left {
+		return false
+	}
+	f(m.g)
+	return true
+}
+
+// run runs the loops until ctx ends, and returns once they all stopped.
+func (l *loops) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { l.commitLoop(ctx) })
+	wg.Go(func() { l.topicsLoop(ctx) })
+	if l.n.cfg.Redrives != nil {
+		wg.Go(func() { l.redriveLoop(ctx) })
+	}
+	wg.Wait()
+}
+
+// commitLoop commits every group's watermarks each CommitInterval. The
+// groups with something to commit commit at once, each on its own
+// coordinator, so a slow one delays no other.
+func (l *loops) commitLoop(ctx context.Context) {
+	t := time.NewTicker(l.n.cfg.CommitInterval)
+	defer t.Stop()
+	var commits sync.WaitGroup
+	defer commits.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, m := range l.snapshot() {
+			if !m.g.hasCommit() || !m.committing.CompareAndSwap(false, true) {
+				continue
+			}
+			commits.Go(func() {
+				defer m.committing.Store(false)
+				m.with(func(g *group) { g.commit(g.snapshotWorkers()) })
+			})
+		}
+	}
+}
+
+// topicsLoop reads each group's topics' retention every
+// retentionRefresh and partition count every countEvery, a new group's
+// at once.
+func (l *loops) topicsLoop(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		next := now.Add(countEvery)
+		for _, m := range l.snapshot() {
+			if !m.nextRetention.After(now) {
+				m.with(func(g *group) { g.readRetention(ctx) })
+				m.nextRetention = now.Add(retentionRefresh)
+			}
+			if !m.nextCount.After(now) {
+				m.with(func(g *group) { g.countTopicPartitions(ctx) })
+				m.nextCount = now.Add(countEvery)
+			}
+			next = minTime(next, minTime(m.nextRetention, m.nextCount))
+		}
+		t.Reset(time.Until(next))
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.joined:
+		case <-t.C:
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// redriveLoop lists the redrive queues of every group that redrives in
+// one round trip each RedriveInterval, and has each group take those of
+// its owned partitions.
+func (l *loops) redriveLoop(ctx context.Context) {
+	t := time.NewTicker(l.n.cfg.RedriveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var ms []*member
+		var subs []string
+		for _, m := range l.snapshot() {
+			if m.g.redriver != nil {
+				ms = append(ms, m)
+				subs = append(subs, m.g.sub.ID)
+			}
+		}
+		if len(ms) == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		queued, err := l.n.cfg.Redrives.QueuedMany(rctx, subs)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				l.n.log.Warn("cannot list redrives; will retry", "err", err)
+			}
+			continue
+		}
+		for _, m := range ms {
+			m.with(func(g *group) { g.redriver.poll(ctx, queued[g.sub.ID]) })
+		}
+	}
+}
+
+// queuedSet indexes sources by partition.
+func queuedSet(sources []deadletter.Source) map[topicPartition]bool {
+	out := make(map[topicPartition]bool, len(sources))
+	for _, s := range sources {
+		out[topicPartition{s.Topic, s.Partition}] = true
+	}
+	return out
+}

@@ -1,0 +1,180 @@
+package dispatcher_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyhook/keyhook/deadletter"
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/subscription"
+)
+
+// poolGoroutines counts the goroutines running in the delivery pool
+// (any frame of dispatcher's pool), from the goroutine profile.
+func poolGoroutines(t *testing.T) int {
+	t.Helper()
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, "keyhook/dispatcher.(*pool)") {
+			n++
+		}
+	}
+	return n
+}
+
+// max_in_flight is a cap of attempts at once, not a pool of goroutines:
+// under a backlog of distinct keys the endpoint never sees more requests
+// at once than the cap, and sees the cap reached.
+func TestMaxInFlightCapsConcurrentRequestsAtTheEndpoint(t *testing.T) {
+	topic := testutil.UniqueTopic("cap")
+	brokers := testutil.Kfake(t, 4, topic)
+	rdb := testutil.StartRedis(t).Client()
+	const maxInFlight, records = 3, 120
+	var now, peak, served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := now.Add(1)
+		for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		now.Add(-1)
+		served.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	sub := newSub("cap-"+topic, topic, srv.URL, subscription.OrderKey, maxInFlight)
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	defer h.stop(t)
+	produce(t, brokers, topic, records, func(i int) string { return fmt.Sprintf("k-%d", i) }, func(i int) int32 { return int32(i % 4) })
+	testutil.WaitFor(t, 30*time.Second, "every record delivered", func() bool { return served.Load() >= records })
+	if p := peak.Load(); p > maxInFlight {
+		t.Fatalf("the endpoint saw %d requests at once, want at most max_in_flight %d", p, maxInFlight)
+	} else if p < 2 {
+		t.Fatalf("the endpoint saw at most %d request at once under a backlog of %d keys: deliveries are serialised, not capped", p, records)
+	}
+}
+
+// An idle subscription costs no delivery goroutine: they start for a
+// delivery and end when nothing is due.
+func TestIdleSubscriptionHasNoDeliveryGoroutine(t *testing.T) {
+	topic := testutil.UniqueTopic("idle")
+	brokers := testutil.Kfake(t, 2, topic)
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	sub := newSub("idle-"+topic, topic, sink.URL, subscription.OrderKey, 0) // the default, 256
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	defer h.stop(t)
+	testutil.WaitFor(t, 30*time.Second, "both partitions claimed", func() bool {
+		claimed := 0
+		for _, o := range h.node.Owned() {
+			if o.Claimed {
+				claimed++
+			}
+		}
+		return claimed == 2
+	})
+	if n := poolGoroutines(t); n != 0 {
+		t.Fatalf("%d delivery goroutines with nothing to deliver, want 0", n)
+	}
+	produce(t, brokers, topic, 50, func(i int) string { return fmt.Sprintf("k-%d", i) }, func(i int) int32 { return int32(i % 2) })
+	testutil.WaitFor(t, 30*time.Second, "every record delivered", func() bool { return sink.AckedCount() >= 50 })
+	testutil.WaitFor(t, 10*time.Second, "the delivery goroutines gone once idle again", func() bool { return poolGoroutines(t) == 0 })
+}
+
+// countingQueue counts the node's listings of the redrive queues.
+type countingQueue struct {
+	*deadletter.Queue
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (q *countingQueue) QueuedMany(ctx context.Context, subs []string) (map[string][]deadletter.Source, error) {
+	q.mu.Lock()
+	q.calls = append(q.calls, append([]string(nil), subs...))
+	q.mu.Unlock()
+	return q.Queue.QueuedMany(ctx, subs)
+}
+
+func (q *countingQueue) snapshot() [][]string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([][]string(nil), q.calls...)
+}
+
+// One poll of the node lists the redrive queues of every subscription it
+// runs, and each subscription's redrive is delivered from it.
+func TestNodeRedriveLoopServesTwoSubscriptionsWithOnePoll(t *testing.T) {
+	topic := testutil.UniqueTopic("redrive-node")
+	brokers := testutil.Kfake(t, 1, topic)
+	rdb := testutil.StartRedis(t).Client()
+	dq, err := deadletter.NewQueue(rdb, deadletter.QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &countingQueue{Queue: dq}
+	sink := testutil.StartSink(t)
+	a := newSub("rda-"+topic, topic, sink.URL, subscription.OrderKey, 4)
+	b := newSub("rdb-"+topic, topic, sink.URL, subscription.OrderKey, 4)
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{a, b}, func(c *dispatcher.Config) {
+		c.Redrives = q
+		c.RedriveInterval = 50 * time.Millisecond
+	})
+	defer h.stop(t)
+	testutil.WaitFor(t, 30*time.Second, "both subscriptions' partition claimed", func() bool {
+		claimed := 0
+		for _, o := range h.node.Owned() {
+			if o.Claimed {
+				claimed++
+			}
+		}
+		return claimed == 2
+	})
+	for _, s := range []*subscription.Subscription{a, b} {
+		rd := deadletter.Redrive{DeliveryID: "dlv_" + s.ID, Topic: topic, Partition: 0, Offset: 0, Key: []byte("k"), Value: []byte("v")}
+		if err := dq.Push(context.Background(), s.ID, []deadletter.Redrive{rd}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 30*time.Second, "both redrives delivered", func() bool {
+		seen := map[string]bool{}
+		for _, d := range sink.Deliveries() {
+			seen[d.ID] = true
+		}
+		return seen["dlv_"+a.ID] && seen["dlv_"+b.ID]
+	})
+	calls := q.snapshot()
+	both := 0
+	for _, c := range calls {
+		switch len(c) {
+		case 2:
+			both++
+		case 1:
+			// Only while the second subscription had not started yet.
+		default:
+			t.Fatalf("a poll listed %v, want the node's subscriptions", c)
+		}
+	}
+	if both == 0 {
+		t.Fatalf("no poll listed both subscriptions' queues: %v", calls)
+	}
+	// Each poll is one call for the node: the calls listing one
+	// subscription precede those listing both.
+	for i := 1; i < len(calls); i++ {
+		if len(calls[i]) < len(calls[i-1]) {
+			t.Fatalf("poll %d listed %v after poll %d listed %v: a poll per subscription", i, calls[i], i-1, calls[i-1])
+		}
+	}
+}

@@ -140,15 +140,15 @@ type worker struct {
 	offer        []*record // the batch offered to the pool
 	drained      chan struct{}
 	// flushing: a snapshot is with the flusher; claiming: a claim is in
-	// flight. Either way the tick hands over no new snapshot.
+	// flight. Either way flush hands over no new snapshot.
 	flushing, claiming bool
 	// flushWait, when set, is closed when the snapshot with the flusher
 	// comes back (a handover waits for it).
 	flushWait chan struct{}
-	// claimRetry fires the next try of a refused first claim, after
-	// claimWait.
-	claimRetry *time.Timer
-	claimWait  *backoff.Backoff
+	// claimAt is when the next try of a first claim is due (zero: none);
+	// claimWait paces the tries after refusals.
+	claimAt   time.Time
+	claimWait *backoff.Backoff
 	// pass is the re-read of parked records in progress, nil none;
 	// passPos the offset it reaches next.
 	pass                    *rereadPass
@@ -159,6 +159,9 @@ type worker struct {
 	guardNext time.Time
 	// lapseLogged: the lease's lapse was logged; its renewal is too.
 	lapseLogged bool
+	// turns counts the loop's iterations (a test reads how often an idle
+	// partition wakes).
+	turns uint64
 
 	// born is the worker's monotonic time base, and leaseEnd, in ns since
 	// born, when its ownership lease ends: the send time of the last claim
@@ -388,7 +391,7 @@ func (w *worker) renewLease(sent time.Duration) {
 }
 
 // leaseRunsLow reports whether the lease has less than half its length
-// left: the tick then writes the state even when nothing changed, so an
+// left: flush then writes the state even when nothing changed, so an
 // idle partition keeps its lease and delivers its next record at once.
 func (w *worker) leaseRunsLow() bool {
 	return w.leaseEnd.Load()-int64(w.since()) < int64(w.g.n.cfg.lease()/2)
@@ -434,10 +437,11 @@ func (w *worker) run() {
 	defer w.bg.Wait()
 	// What the partition held goes back to the node's budget.
 	defer w.m.Close()
-	flushT := time.NewTicker(w.g.n.cfg.FlushInterval)
-	defer flushT.Stop()
-	w.claimRetry = time.NewTimer(0)
-	defer w.claimRetry.Stop()
+	clk := newClock()
+	defer clk.stop()
+	// The first claim is due at once.
+	w.claimAt = time.Now()
+	clk.arm(w.claimAt, w.claimAt)
 	w.claimWait = backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	// Until the claim succeeds the partition is paused: without the acked
 	// set this node would redeliver what the previous owner finished.
@@ -447,6 +451,7 @@ func (w *worker) run() {
 	batchTimer.Stop()
 	defer batchTimer.Stop()
 	for {
+		w.turns++
 		var send chan<- job
 		var head job
 		var sendBatch chan<- batchJob
@@ -475,10 +480,9 @@ func (w *worker) run() {
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-w.claimRetry.C:
-			if !w.m.Claimed() && !w.m.Fenced() {
-				w.claim()
-			}
+		case <-clk.t.C:
+			clk.fired()
+			w.housekeep(time.Now())
 		case <-w.wake:
 			w.m.SetCommitted(w.committed.Load())
 			w.processResults()
@@ -500,22 +504,12 @@ func (w *worker) run() {
 			f()
 		case b := <-w.rereads:
 			w.takeReread(b)
-		case <-flushT.C:
-			// Records that waited for room in the node's budget try again.
-			w.m.Refill()
-			w.flush()
-			w.reshape()
-			w.manageReread()
-			w.guardRetention(time.Now())
-			// The watermark-age gauge needs no more than the tick's
-			// resolution; publish runs once per record.
-			if e := w.m.Holding(); e != nil {
-				w.pub.holdingSince.Store(e.Accepted.UnixNano())
-			} else {
-				w.pub.holdingSince.Store(0)
-			}
 		}
+		w.flush()
 		w.publish()
+		w.publishHolding()
+		now := time.Now()
+		clk.arm(w.nextDue(now), now)
 	}
 }
 
@@ -611,7 +605,7 @@ func (w *worker) claimed(r claimResult) {
 		// assigned but not claimed, which status and metrics show.
 		wait := w.claimWait.Next()
 		w.log.Warn("claim failed; retrying", "err", err, "in", wait)
-		w.claimRetry.Reset(wait)
+		w.claimAt = time.Now().Add(wait)
 		return
 	}
 	if r.c.DiscardedTopicID != "" {
@@ -762,8 +756,10 @@ func (w *worker) applyPause() {
 }
 
 // flush hands the partition's state to the node's flusher when it
-// changed. A partition whose previous flush or a claim is still under way
-// skips the tick and stays dirty: what it hands over next is newer.
+// changed; the loop calls it after every turn, so a change waits for the
+// flusher's next round, not for a tick of its own too. A partition whose
+// previous flush or a claim is still under way stays dirty: its snapshot
+// goes once the answer is back, and is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
 	if w.flushing || w.claiming || w.releasing || w.retired.Load() {
@@ -775,8 +771,8 @@ func (w *worker) flush() {
 	live := w.m.Claimed() && !w.m.Fenced()
 	// While the coordinator has not confirmed the node's membership, the
 	// group may be giving the partition away: the state is written every
-	// tick, so a new owner's claim fences the attempts in flight here
-	// within a tick, not at the next change.
+	// round, so a new owner's claim fences the attempts in flight here
+	// within a round, not at the next change.
 	member := true
 	if live {
 		now := time.Now()
@@ -840,7 +836,7 @@ func (w *worker) flushed(r flushResult) {
 		}
 	case errors.Is(err, tracking.ErrStateLost):
 		// Redis lost the state (restart without persistence): claim again;
-		// the next tick writes what this node knows. Its acks are true, so
+		// the next flush writes what this node knows. Its acks are true, so
 		// nothing is lost, and the new epoch still fences any older owner.
 		w.log.Warn("tracking state lost; claiming again")
 		w.claim()

@@ -12,7 +12,7 @@ import "time"
 // What is due, and when:
 //   - a flush of changed state: at once (flush runs after every turn of
 //     the loop; the flusher's round is the one interval it waits);
-//   - a lease renewal: when half the lease is left (leaseRunsLow);
+//   - a lease renewal: when half the lease is left (lease.runsLow);
 //   - the end of the membership's confirmation: its state is then written
 //     every round until the coordinator answers (see flush);
 //   - a claim retry, a release retry, the retention guard: at their time;
@@ -35,19 +35,19 @@ func (w *worker) nextDue(now time.Time) time.Time {
 	}
 	tick := now.Add(w.g.n.cfg.FlushInterval)
 	if !w.m.Stopped() {
-		if w.m.Backlog() > 0 || w.m.Parked() > 0 || w.pass != nil {
+		if w.m.Backlog() > 0 || w.m.Parked() > 0 || w.rr.pass != nil {
 			at(tick)
 		}
-		at(w.guardNext)
+		at(w.guard.next)
 	}
-	if w.target.Load() != nil && !w.releaseAfter.IsZero() {
-		at(w.releaseAfter)
+	if w.rs.target.Load() != nil && !w.rs.retryAt.IsZero() {
+		at(w.rs.retryAt)
 	}
 	if !w.retired.Load() {
 		// The lease runs low at half its length; the membership's
 		// confirmation ends at its time. Once past either, flush writes
 		// the state at every round and the results wake the loop.
-		at(w.born.Add(time.Duration(w.leaseEnd.Load()) - w.g.n.cfg.lease()/2))
+		at(w.lease.lowAt())
 		at(w.g.live.confirmedUntil())
 	}
 	return next

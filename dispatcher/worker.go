@@ -72,8 +72,6 @@ type worker struct {
 	releases []releaseResult
 	wake     chan struct{}
 	ctrl     chan func()
-	// rereads brings what a re-read pass fetched (see reread.go).
-	rereads chan rereadBatch
 
 	// progress is the latest attempt of each record being delivered, for
 	// the status of the record holding the watermark; notes counts the
@@ -82,10 +80,12 @@ type worker struct {
 	progress map[*record]progress
 	notes    uint64
 
-	// target, when set, is a narrower set of key ranges the group's
-	// balancer assigned: the loop drains the rest, writes its state,
-	// releases them and shrinks (reshape).
-	target atomic.Pointer[keyrange.Set]
+	// rs gives up the key ranges the group's balancer took away
+	// (reshape.go), rr re-reads parked records (reread.go), guard lets
+	// records about to be deleted out of their key's turn (retention.go).
+	rs    reshaper
+	rr    rereader
+	guard retentionGuard
 
 	// retired is set when the group hands the partition over: the final
 	// state is written by the handover, no longer by the flusher.
@@ -122,13 +122,6 @@ type worker struct {
 
 	// Loop-owned state.
 	m *partition.Machine[*kgo.Record]
-	// assigned are the key ranges the partition was assigned with (nil:
-	// all); the first claim is of them, or of target if narrower.
-	assigned keyrange.Set
-	// releasing: a release of drained ranges is in flight; releaseAfter
-	// paces the next try after a failed one.
-	releasing    bool
-	releaseAfter time.Time
 	// foreign and superseded are the machine's counts of records of
 	// other sharers and of records conflation superseded, as last
 	// reported to the metrics.
@@ -149,30 +142,12 @@ type worker struct {
 	// claimWait paces the tries after refusals.
 	claimAt   time.Time
 	claimWait *backoff.Backoff
-	// pass is the re-read of parked records in progress, nil none;
-	// passPos the offset it reaches next.
-	pass                    *rereadPass
-	passSeq                 uint64
-	passPos                 int64
-	passStarted, passLogged time.Time
-	// guardNext is when the retention guard runs next.
-	guardNext time.Time
-	// lapseLogged: the lease's lapse was logged; its renewal is too.
-	lapseLogged bool
 	// turns counts the loop's iterations (a test reads how often an idle
 	// partition wakes).
 	turns uint64
 
-	// born is the worker's monotonic time base, and leaseEnd, in ns since
-	// born, when its ownership lease ends: the send time of the last claim
-	// or flush the tracker accepted, plus the node's lease (Config.lease).
-	// Past it, neither the loop nor the pool starts a delivery of the
-	// partition until a flush confirms the claim again or is refused: a
-	// node frozen for as long as the group takes to give its partitions
-	// away (SIGSTOP, a VM paused) must not deliver on stale ownership when
-	// it resumes. Only the loop writes it.
-	born     time.Time
-	leaseEnd atomic.Int64
+	// lease is the ownership lease (lease.go); its clock is the worker's.
+	lease lease
 }
 
 // progress is a record's latest attempt.
@@ -188,7 +163,7 @@ type claimResult struct {
 	c      tracking.Claim
 	ranges keyrange.Set
 	err    error
-	// sent is when the claim was sent (see worker.born).
+	// sent is when the claim was sent (see worker.since).
 	sent time.Duration
 }
 
@@ -248,19 +223,18 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 	}
 	w := &worker{
 		g: g, tp: tp, pk: g.partitionKey(tp), gen: gen,
-		log:     g.log.With("topic", tp.topic, "partition", tp.partition),
-		attrs:   partitionAttrs(g.sub.ID, tp),
-		wake:    make(chan struct{}, 1),
-		ctrl:    make(chan func()),
-		rereads: make(chan rereadBatch, 1),
-		done:    make(chan struct{}),
-		m:       m,
-		born:    time.Now(),
-		// A whole partition is nil, as the machine wants it.
-		assigned: ranges,
+		log:   g.log.With("topic", tp.topic, "partition", tp.partition),
+		attrs: partitionAttrs(g.sub.ID, tp),
+		wake:  make(chan struct{}, 1),
+		ctrl:  make(chan func()),
+		rr:    rereader{batches: make(chan rereadBatch, 1)},
+		done:  make(chan struct{}),
+		m:     m,
+		lease: newLease(g.n.cfg.lease()),
 	}
-	if ranges.IsFull() {
-		w.assigned = nil
+	// A whole partition is nil, as the machine wants it.
+	if !ranges.IsFull() {
+		w.rs.assigned = ranges
 	}
 	w.committed.Store(-1)
 	w.highWatermark.Store(-1)
@@ -360,11 +334,7 @@ func keyText(k []byte) string {
 }
 
 // since is the worker's monotonic clock: the time since it was made.
-func (w *worker) since() time.Duration { return time.Since(w.born) }
-
-// leased reports whether the worker's ownership lease holds: the tracker
-// confirmed the claim within it.
-func (w *worker) leased() bool { return int64(w.since()) < w.leaseEnd.Load() }
+func (w *worker) since() time.Duration { return w.lease.since() }
 
 // owned reports whether a delivery of the partition may start: the
 // tracker confirmed the claim within the lease, and the coordinator the
@@ -373,28 +343,7 @@ func (w *worker) leased() bool { return int64(w.since()) < w.leaseEnd.Load() }
 // heartbeats.
 func (w *worker) owned() bool {
 	now := time.Now()
-	return int64(now.Sub(w.born)) < w.leaseEnd.Load() && w.g.live.confirmedAt(now)
-}
-
-// renewLease extends the lease from sent, when a write sent then was
-// accepted by the tracker.
-func (w *worker) renewLease(sent time.Duration) {
-	end := int64(sent + w.g.n.cfg.lease())
-	if end <= w.leaseEnd.Load() {
-		return
-	}
-	if !w.leased() && w.lapseLogged {
-		w.log.Info("ownership confirmed again; deliveries resume")
-	}
-	w.lapseLogged = false
-	w.leaseEnd.Store(end)
-}
-
-// leaseRunsLow reports whether the lease has less than half its length
-// left: flush then writes the state even when nothing changed, so an
-// idle partition keeps its lease and delivers its next record at once.
-func (w *worker) leaseRunsLow() bool {
-	return w.leaseEnd.Load()-int64(w.since()) < int64(w.g.n.cfg.lease()/2)
+	return w.lease.heldAt(now) && w.g.live.confirmedAt(now)
 }
 
 func (w *worker) signal() {
@@ -502,7 +451,7 @@ func (w *worker) run() {
 			// the batch as it is.
 		case f := <-w.ctrl:
 			f()
-		case b := <-w.rereads:
+		case b := <-w.rr.batches:
 			w.takeReread(b)
 		}
 		w.flush()
@@ -537,33 +486,6 @@ func (w *worker) claim() {
 		w.mu.Unlock()
 		w.signal()
 	}()
-}
-
-// claimRanges is what a claim asks for: the ranges held once claimed;
-// before, those assigned, or a narrower target that came since (nothing
-// to drain yet). nil is the whole partition.
-func (w *worker) claimRanges() keyrange.Set {
-	if w.m.Claimed() {
-		if !w.m.Shared() {
-			return nil
-		}
-		return w.m.Ranges()
-	}
-	if t := w.target.Load(); t != nil {
-		if t.IsFull() {
-			return nil
-		}
-		return *t
-	}
-	return w.assigned
-}
-
-// assignedRanges are the ranges the partition was assigned with.
-func (w *worker) assignedRanges() keyrange.Set {
-	if w.assigned == nil {
-		return keyrange.Full()
-	}
-	return w.assigned
 }
 
 // ranges returns the key ranges the node delivers as last published.
@@ -613,7 +535,7 @@ func (w *worker) claimed(r claimResult) {
 		w.g.countStartReset(w.tp, resetStaleTracking)
 	}
 	w.epoch = r.c.Epoch
-	w.renewLease(r.sent)
+	w.lease.renew(r.sent, w.log)
 	var floors []partition.Floor
 	for _, f := range r.c.Floors {
 		if f.Watermark > 0 {
@@ -762,7 +684,7 @@ func (w *worker) applyPause() {
 // goes once the answer is back, and is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
-	if w.flushing || w.claiming || w.releasing || w.retired.Load() {
+	if w.flushing || w.claiming || w.rs.releasing || w.retired.Load() {
 		return
 	}
 	w.mu.Lock()
@@ -779,13 +701,11 @@ func (w *worker) flush() {
 		w.g.live.check(w.g.log, now)
 		member = w.g.live.confirmedAt(now)
 	}
-	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.leaseRunsLow())) {
+	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.lease.runsLow())) {
 		return
 	}
-	if live && !w.leased() && !w.lapseLogged {
-		w.lapseLogged = true
-		w.log.Warn("ownership not confirmed for the lease; no delivery starts until the tracker confirms or refuses the claim",
-			"lease", w.g.n.cfg.lease())
+	if live {
+		w.lease.logLapse(w.log)
 	}
 	w.flushing = true
 	w.g.n.flusher.submit(w.flushReq())
@@ -824,7 +744,7 @@ func (w *worker) flushed(r flushResult) {
 	switch err := r.err; {
 	case errors.Is(err, errRetired):
 	case err == nil:
-		w.renewLease(r.sent)
+		w.lease.renew(r.sent, w.log)
 		// What lets the committer move: the commit never passes what the
 		// tracker holds, over every sharer.
 		w.m.FlushedMerged(r.snap, r.merged)
@@ -863,91 +783,6 @@ func (w *worker) wakeHandover() {
 func (w *worker) publishRanges() {
 	r := w.m.Ranges()
 	w.pub.ranges.Store(&r)
-}
-
-// setTarget hands the worker the ranges the group's balancer now assigns
-// it; nil or the whole space is all of them. It never blocks.
-func (w *worker) setTarget(rs keyrange.Set) {
-	if rs == nil {
-		rs = keyrange.Full()
-	}
-	w.target.Store(&rs)
-	w.signal()
-}
-
-// reshape gives up the ranges the balancer took away (an in-place shrink;
-// the balancer never grows a partition in place): their keys are frozen
-// (no new dispatch), and once none of their records is in flight, the
-// state is written and the ranges released in the tracker, in that order,
-// so the next owner starts from every ack. Only then does the machine let
-// their records go, and the group tell the balancer, whose next
-// generation hands the ranges to their new owner.
-func (w *worker) reshape() {
-	tp := w.target.Load()
-	if tp == nil || w.releasing || !w.m.Claimed() || w.m.Fenced() || w.m.Stopped() || w.retired.Load() {
-		return
-	}
-	keep := tp.Intersect(w.m.Ranges())
-	if keep.Equal(w.m.Ranges()) {
-		w.m.Freeze(keep) // takes back an earlier, narrower freeze
-		return
-	}
-	w.m.Freeze(keep)
-	if w.m.Draining() > 0 || w.flushing || w.claiming || time.Now().Before(w.releaseAfter) {
-		return
-	}
-	w.releasing = true
-	req := w.flushReq()
-	give := w.m.Ranges().Minus(keep)
-	epoch := w.epoch
-	w.bg.Add(1)
-	go func() {
-		defer w.bg.Done()
-		ctx, cancel := context.WithTimeout(w.ctx, flushTimeout)
-		defer cancel()
-		res := w.g.n.tracker.FlushRanges(ctx, []tracking.PartitionFlush{{Key: w.pk, Flush: req.f}})[0]
-		err := res.Err
-		if err == nil {
-			err = w.g.n.tracker.ReleaseRanges(ctx, w.pk, epoch, give)
-		}
-		w.mu.Lock()
-		w.releases = append(w.releases, releaseResult{flush: req.result(res), err: err})
-		w.mu.Unlock()
-		w.signal()
-	}()
-}
-
-// released applies the outcome of a release of drained ranges.
-func (w *worker) released(r releaseResult) {
-	w.releasing = false
-	w.wakeHandover()
-	if w.m.Fenced() {
-		return
-	}
-	switch err := r.err; {
-	case err == nil:
-		w.renewLease(r.flush.sent)
-		w.m.FlushedMerged(r.flush.snap, r.flush.merged)
-		given := w.m.Ranges()
-		dropped, err := w.m.Shrink()
-		if err != nil {
-			// Nothing dispatches a frozen range, so none can be in flight.
-			w.log.Error("released ranges still in flight", "err", err)
-			return
-		}
-		if w.g.redriver != nil {
-			w.g.redriver.forget(dropped)
-		}
-		w.publishRanges()
-		w.log.Info("key ranges released", "released", given.Minus(w.m.Ranges()).String(), "keeping", w.m.Ranges().String())
-		w.g.rangesReleased(w.tp, w.m.Ranges())
-	case errors.Is(err, tracking.ErrStateLost), errors.Is(err, tracking.ErrFenced):
-		// As for a flush: claim again; a newer owner refuses it.
-		w.claim()
-	default:
-		w.releaseAfter = time.Now().Add(time.Second)
-		w.log.Warn("releasing key ranges failed; will retry", "err", err)
-	}
 }
 
 // becomeFenced stops all work on a partition another owner has claimed:
@@ -1048,7 +883,7 @@ func (w *worker) handover(ctx context.Context) (req flushReq, ok bool) {
 		w.m.Stop()
 		w.processResults()
 		w.processTracking()
-		if w.flushing || w.releasing {
+		if w.flushing || w.rs.releasing {
 			w.flushWait = make(chan struct{})
 			sent = w.flushWait
 		}

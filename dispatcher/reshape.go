@@ -100,10 +100,7 @@ func (w *worker) reshape() {
 		if err == nil {
 			err = w.g.n.tracker.ReleaseRanges(ctx, w.pk, epoch, give)
 		}
-		w.mu.Lock()
-		w.releases = append(w.releases, releaseResult{flush: req.result(res), err: err})
-		w.mu.Unlock()
-		w.signal()
+		w.mail.postRelease(releaseResult{flush: req.result(res), err: err})
 	}()
 }
 

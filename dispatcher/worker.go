@@ -64,21 +64,10 @@ type worker struct {
 	// the claim drops tracking state of another ID (a deleted topic).
 	topicID string
 
-	mu       sync.Mutex
-	inbox    [][]*kgo.Record
-	results  []result
-	flushes  []flushResult
-	claims   []claimResult
-	releases []releaseResult
-	wake     chan struct{}
-	ctrl     chan func()
-
-	// progress is the latest attempt of each record being delivered, for
-	// the status of the record holding the watermark; notes counts the
-	// changes, so a partition stuck on a retrying record still writes
-	// its attempts.
-	progress map[*record]progress
-	notes    uint64
+	// mail is what other goroutines hand the loop (mailbox.go); ctrl runs
+	// a function on the loop (do).
+	mail mailbox
+	ctrl chan func()
 
 	// rs gives up the key ranges the group's balancer took away
 	// (reshape.go), rr re-reads parked records (reread.go), guard lets
@@ -225,7 +214,7 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 		g: g, tp: tp, pk: g.partitionKey(tp), gen: gen,
 		log:   g.log.With("topic", tp.topic, "partition", tp.partition),
 		attrs: partitionAttrs(g.sub.ID, tp),
-		wake:  make(chan struct{}, 1),
+		mail:  newMailbox(),
 		ctrl:  make(chan func()),
 		rr:    rereader{batches: make(chan rereadBatch, 1)},
 		done:  make(chan struct{}),
@@ -264,49 +253,34 @@ func (w *worker) setBase(o int64) {
 
 // push hands fetched records to the worker; it never blocks the poll loop.
 func (w *worker) push(rs []*kgo.Record) {
-	w.mu.Lock()
-	w.inbox = append(w.inbox, rs)
-	w.mu.Unlock()
-	w.signal()
+	w.mail.postFetched(rs)
 }
 
 func (w *worker) pushResult(r result) {
-	w.mu.Lock()
-	w.results = append(w.results, r)
-	if w.progress != nil {
-		delete(w.progress, r.rec)
-	}
-	w.mu.Unlock()
-	w.signal()
+	w.mail.postResult(r)
 }
 
 // noteProgress records a record's latest attempt (from the pool).
 func (w *worker) noteProgress(rec *record, p progress) {
-	w.mu.Lock()
-	if w.progress == nil {
-		w.progress = make(map[*record]progress)
-	}
-	w.progress[rec] = p
-	w.notes++
-	w.mu.Unlock()
+	w.mail.noteProgress(rec, p)
 }
 
 // holding describes the record the watermark waits for, nil when none,
 // and the count of progress notes it includes.
 func (w *worker) holding(now time.Time) (*tracking.Holding, uint64) {
 	e := w.m.Holding()
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.mail.mu.Lock()
+	defer w.mail.mu.Unlock()
 	if e == nil {
 		// The record may be parked: its key's earlier ones went, and it
 		// waits to be read again.
 		key, read, ok := w.m.HoldingParked()
 		if !ok {
-			return nil, w.notes
+			return nil, w.mail.notes
 		}
 		h := &tracking.Holding{Offset: w.m.Watermark(), Key: keyText([]byte(key)), Since: read, Behind: int64(w.m.Pending() - 1)}
 		h.Parked, h.OldestParked = w.m.Parked(), w.m.OldestParked()
-		return h, w.notes
+		return h, w.mail.notes
 	}
 	h := &tracking.Holding{Offset: e.Offset, Key: keyText(e.Payload.Key), Since: e.Accepted, Behind: int64(w.m.Pending() - 1)}
 	if p := w.m.Parked(); p > 0 {
@@ -315,13 +289,13 @@ func (w *worker) holding(now time.Time) (*tracking.Holding, uint64) {
 	if e.Out() {
 		h.Dispatched = e.Dispatched
 	}
-	if p, ok := w.progress[e]; ok {
+	if p, ok := w.mail.progress[e]; ok {
 		h.Attempts, h.LastStatus, h.LastError = p.attempts, p.status, p.err
 		if p.next.After(now) {
 			h.NextAttempt = p.next
 		}
 	}
-	return h, w.notes
+	return h, w.mail.notes
 }
 
 // keyText is a record key as the status shows it: text, cut to 128 bytes.
@@ -346,12 +320,7 @@ func (w *worker) owned() bool {
 	return w.lease.heldAt(now) && w.g.live.confirmedAt(now)
 }
 
-func (w *worker) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+func (w *worker) signal() { w.mail.signal() }
 
 // do runs f on the worker's loop and waits for it; false if the loop ended.
 func (w *worker) do(f func()) bool {
@@ -432,7 +401,7 @@ func (w *worker) run() {
 		case <-clk.t.C:
 			clk.fired()
 			w.housekeep(time.Now())
-		case <-w.wake:
+		case <-w.mail.wake:
 			w.m.SetCommitted(w.committed.Load())
 			w.processResults()
 			w.processTracking()
@@ -481,10 +450,7 @@ func (w *worker) claim() {
 		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
 		defer cancel()
 		c, err := w.g.n.tracker.ClaimRanges(ctx, w.pk, w.g.n.cfg.NodeID, gen, topicID, ranges)
-		w.mu.Lock()
-		w.claims = append(w.claims, claimResult{c: c, ranges: ranges, err: err, sent: sent})
-		w.mu.Unlock()
-		w.signal()
+		w.mail.postClaim(claimResult{c: c, ranges: ranges, err: err, sent: sent})
 	}()
 }
 
@@ -563,11 +529,7 @@ func (w *worker) claimed(r claimResult) {
 // fetch pauses meanwhile. The window is thus a hard bound on what is
 // dispatched and tracked, whatever size the fetches have.
 func (w *worker) processInbox() {
-	w.mu.Lock()
-	batches := w.inbox
-	w.inbox = nil
-	w.mu.Unlock()
-	for _, rs := range batches {
+	for _, rs := range w.mail.takeFetched() {
 		recs := make([]partition.Record[*kgo.Record], len(rs))
 		for i, r := range rs {
 			recs[i] = machineRecord(r)
@@ -607,11 +569,7 @@ func recordBytes(r *kgo.Record) int64 {
 }
 
 func (w *worker) processResults() {
-	w.mu.Lock()
-	rs := w.results
-	w.results = nil
-	w.mu.Unlock()
-	for _, res := range rs {
+	for _, res := range w.mail.takeResults() {
 		w.m.Done(res.rec, res.acked)
 	}
 	if w.drained != nil && w.m.InFlight() == 0 {
@@ -622,18 +580,12 @@ func (w *worker) processResults() {
 
 // pushFlushed hands the worker the outcome of a flush.
 func (w *worker) pushFlushed(r flushResult) {
-	w.mu.Lock()
-	w.flushes = append(w.flushes, r)
-	w.mu.Unlock()
-	w.signal()
+	w.mail.postFlush(r)
 }
 
 // processTracking applies what the tracker answered: claims and flushes.
 func (w *worker) processTracking() {
-	w.mu.Lock()
-	cs, fs, rs := w.claims, w.flushes, w.releases
-	w.claims, w.flushes, w.releases = nil, nil, nil
-	w.mu.Unlock()
+	cs, fs, rs := w.mail.takeTracking()
 	for _, r := range cs {
 		w.claimed(r)
 	}
@@ -687,9 +639,7 @@ func (w *worker) flush() {
 	if w.flushing || w.claiming || w.rs.releasing || w.retired.Load() {
 		return
 	}
-	w.mu.Lock()
-	noted := w.notes != w.flushedNotes
-	w.mu.Unlock()
+	noted := w.mail.noted() != w.flushedNotes
 	live := w.m.Claimed() && !w.m.Fenced()
 	// While the coordinator has not confirmed the node's membership, the
 	// group may be giving the partition away: the state is written every

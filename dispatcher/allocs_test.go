@@ -73,7 +73,7 @@ func TestDeliveryAllocationsStayWithinBudget(t *testing.T) {
 				if _, done := f.step(); !done || !f.acked {
 					t.Fatalf("delivery not acked: %+v", f.last)
 				}
-				w.results = w.results[:0]
+				w.mail.results = w.mail.results[:0]
 			}
 			deliver() // the connection and the caches, once
 			got := testing.AllocsPerRun(200, deliver)

@@ -99,7 +99,7 @@ func BenchmarkDeliveryTelemetry(b *testing.B) {
 				if _, done := f.step(); !done || !f.acked {
 					b.Fatal("delivery not acked")
 				}
-				w.results = w.results[:0]
+				w.mail.results = w.mail.results[:0]
 			}
 		})
 	}

@@ -53,7 +53,7 @@ func BenchmarkDelivery(b *testing.B) {
 				if _, done := f.step(); !done || !f.acked {
 					b.Fatalf("delivery not acked: %+v", f.last)
 				}
-				w.results = w.results[:0]
+				w.mail.results = w.mail.results[:0]
 			}
 		})
 	}

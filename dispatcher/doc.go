@@ -6,8 +6,10 @@
 // position by pausing the fetch, hands its acked ranges to the node's
 // flusher and lets the group's committer move the Kafka commit to the
 // watermark of the last successful flush. The flusher writes every
-// partition of the node in one pipelined round per tick; a worker's loop
-// never waits on the tracker, so a slow Redis delays commits, not
+// partition of the node in one pipelined round per tick; a worker hands
+// its snapshot over as soon as its state changed, wakes only for events
+// and for what comes due (clock.go), and its loop never waits on the
+// tracker, so a slow Redis delays commits, not
 // deliveries, within the ownership lease: each write the tracker accepts
 // lets the partition start deliveries for the session timeout less a
 // heartbeat (Config.lease), so a node frozen long enough to lose its

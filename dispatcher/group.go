@@ -319,7 +319,7 @@ func (g *group) rangesReleased(tp topicPartition, keep keyrange.Set) {
 	g.mu.Lock()
 	busy := false
 	for _, w := range g.workers {
-		if t := w.target.Load(); t != nil && !t.Covers(w.ranges()) {
+		if t := w.rs.target.Load(); t != nil && !t.Covers(w.ranges()) {
 			busy = true
 		}
 	}

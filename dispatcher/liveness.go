@@ -99,3 +99,9 @@ func (l *liveness) check(log *slog.Logger, now time.Time) {
 			"window", l.window)
 	}
 }
+
+// confirmedUntil returns when the membership stops being confirmed, as of
+// the answers so far; before the first answer, the time base.
+func (l *liveness) confirmedUntil() time.Time {
+	return l.born.Add(time.Duration(l.until.Load()))
+}

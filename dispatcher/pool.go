@@ -127,7 +127,7 @@ func (p *pool) serve(t task) {
 // MaxInFlight bounds.
 func (p *pool) run(t task) {
 	if !t.owner().owned() {
-		// The partition's ownership lease ran out (worker.leaseEnd), or
+		// The partition's ownership lease ran out (worker.lease), or
 		// the coordinator stopped answering (group.live), between its
 		// dispatch and now, or while the task waited for a retry: it
 		// waits as a retry does (keyhook_retrying counts it) until both

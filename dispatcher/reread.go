@@ -37,6 +37,22 @@ type rereadPass struct {
 	cancel context.CancelFunc
 }
 
+// rereader is a worker's re-reading of parked records; only the loop
+// uses it, but for batches, which the pass sends on.
+type rereader struct {
+	// pass is the pass in progress, nil none; pos the offset it reaches
+	// next; seq numbers the passes.
+	pass *rereadPass
+	seq  uint64
+	pos  int64
+	// started is when the last pass started, logged when one was last
+	// logged.
+	started, logged time.Time
+	// batches brings what the pass read; its one slot holds the pass back
+	// while the loop is busy.
+	batches chan rereadBatch
+}
+
 // rereadEvery paces the passes of a partition: a pass costs a client and
 // a connection.
 const rereadEvery = 50 * time.Millisecond
@@ -51,30 +67,30 @@ const rereadEvery = 50 * time.Millisecond
 // for every record it delivers.
 func (w *worker) manageReread() {
 	want := w.m.Reread()
-	p := w.pass
+	p := w.rr.pass
 	switch {
-	case p != nil && want >= 0 && want < max(p.from, w.passPos):
+	case p != nil && want >= 0 && want < max(p.from, w.rr.pos):
 		// Behind the pass: a new one, soon.
-		if time.Since(w.passStarted) >= rereadEvery {
+		if time.Since(w.rr.started) >= rereadEvery {
 			w.endPass()
 			w.startPass(want)
 		}
 	case p != nil:
-		if want < 0 && w.m.RereadAfter(w.passPos) < 0 {
+		if want < 0 && w.m.RereadAfter(w.rr.pos) < 0 {
 			w.endPass()
 		}
-	case want >= 0 && time.Since(w.passStarted) >= rereadEvery:
+	case want >= 0 && time.Since(w.rr.started) >= rereadEvery:
 		w.startPass(want)
 	}
 }
 
 func (w *worker) startPass(from int64) {
-	w.passSeq++
+	w.rr.seq++
 	ctx, cancel := context.WithCancel(w.ctx)
-	p := &rereadPass{id: w.passSeq, from: from, cancel: cancel}
-	w.pass, w.passPos, w.passStarted = p, from, time.Now()
-	if time.Since(w.passLogged) >= 10*time.Second {
-		w.passLogged = time.Now()
+	p := &rereadPass{id: w.rr.seq, from: from, cancel: cancel}
+	w.rr.pass, w.rr.pos, w.rr.started = p, from, time.Now()
+	if time.Since(w.rr.logged) >= 10*time.Second {
+		w.rr.logged = time.Now()
 		w.log.Info("re-reading parked records", "from", from, "parked", w.m.Parked())
 	}
 	w.bg.Add(1)
@@ -85,8 +101,8 @@ func (w *worker) startPass(from int64) {
 }
 
 func (w *worker) endPass() {
-	w.pass.cancel()
-	w.pass = nil
+	w.rr.pass.cancel()
+	w.rr.pass = nil
 }
 
 // rereadLoop is a pass: it reads the partition from offset from and hands
@@ -139,7 +155,7 @@ func (w *worker) rereadLoop(ctx context.Context, id uint64, from int64) {
 		}
 		b.pass = id
 		select {
-		case w.rereads <- b:
+		case w.rr.batches <- b:
 		case <-ctx.Done():
 			return
 		}
@@ -148,7 +164,7 @@ func (w *worker) rereadLoop(ctx context.Context, id uint64, from int64) {
 
 // takeReread hands what the current pass read to the machine.
 func (w *worker) takeReread(b rereadBatch) {
-	if w.pass == nil || b.pass != w.pass.id {
+	if w.rr.pass == nil || b.pass != w.rr.pass.id {
 		return // an ended pass's
 	}
 	recs := make([]partition.Record[*kgo.Record], len(b.recs))
@@ -159,7 +175,7 @@ func (w *worker) takeReread(b rereadBatch) {
 		w.logStart.Store(b.logStart)
 	}
 	w.m.Unpark(recs)
-	w.passPos = b.recs[len(b.recs)-1].Offset + 1
+	w.rr.pos = b.recs[len(b.recs)-1].Offset + 1
 	w.g.tel.reread.Add(context.Background(), int64(len(b.recs)), metric.WithAttributeSet(w.attrs))
 	w.pub.reread.Add(int64(len(b.recs)))
 	w.manageReread()

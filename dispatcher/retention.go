@@ -95,14 +95,20 @@ func (g *group) retentionOf(topic string) (time.Duration, bool) {
 	return d, ok
 }
 
+// retentionGuard is when a worker's retention check runs next; only the
+// loop uses it.
+type retentionGuard struct {
+	next time.Time
+}
+
 // guardRetention runs the partition's retention check, at most once per
 // guardEvery: records about to be deleted go out of their key's turn,
 // parked records the log start passed are counted lost.
 func (w *worker) guardRetention(now time.Time) {
-	if now.Before(w.guardNext) || !w.m.Claimed() || w.m.Stopped() {
+	if now.Before(w.guard.next) || !w.m.Claimed() || w.m.Stopped() {
 		return
 	}
-	w.guardNext = now.Add(guardEvery)
+	w.guard.next = now.Add(guardEvery)
 	ctx := context.Background()
 	if ls := w.logStart.Load(); ls > 0 {
 		if lost := w.m.ParkedLostBelow(ls); lost > 0 {
@@ -116,7 +122,7 @@ func (w *worker) guardRetention(now time.Time) {
 		w.pub.guardAt.Store(0)
 		return
 	}
-	w.guardNext = now.Add(guardInterval(ret))
+	w.guard.next = now.Add(guardInterval(ret))
 	cutoff := now.Add(-(ret - retentionMargin(ret)))
 	// With nothing pending, the headroom is a record's read now, so the
 	// gauge is there for every partition of a topic with time-based

@@ -63,28 +63,17 @@ type worker struct {
 	// the claim drops tracking state of another ID (a deleted topic).
 	topicID string
 
-	mu       sync.Mutex
-	inbox    [][]*kgo.Record
-	results  []result
-	flushes  []flushResult
-	claims   []claimResult
-	releases []releaseResult
-	wake     chan struct{}
-	ctrl     chan func()
-	// rereads brings what a re-read pass fetched (see reread.go).
-	rereads chan rereadBatch
+	// mail is what other goroutines hand the loop (mailbox.go); ctrl runs
+	// a function on the loop (do).
+	mail mailbox
+	ctrl chan func()
 
-	// progress is the latest attempt of each record being delivered, for
-	// the status of the record holding the watermark; notes counts the
-	// changes, so a partition stuck on a retrying record still writes
-	// its attempts.
-	progress map[*record]progress
-	notes    uint64
-
-	// target, when set, is a narrower set of key ranges the group's
-	// balancer assigned: the loop drains the rest, writes its state,
-	// releases them and shrinks (reshape).
-	target atomic.Pointer[keyrange.Set]
+	// rs gives up the key ranges the group's balancer took away
+	// (reshape.go), rr re-reads parked records (reread.go), guard lets
+	// records about to be deleted out of their key's turn (retention.go).
+	rs    reshaper
+	rr    rereader
+	guard retentionGuard
 
 	// retired is set when the group hands the partition over: the final
 	// state is written by the handover, no longer by the flusher.
@@ -121,13 +110,6 @@ type worker struct {
 
 	// Loop-owned state.
 	m *partition.Machine[*kgo.Record]
-	// assigned are the key ranges the partition was assigned with (nil:
-	// all); the first claim is of them, or of target if narrower.
-	assigned keyrange.Set
-	// releasing: a release of drained ranges is in flight; releaseAfter
-	// paces the next try after a failed one.
-	releasing    bool
-	releaseAfter time.Time
 	// foreign and superseded are the machine's counts of records of
 	// other sharers and of records conflation superseded, as last
 	// reported to the metrics.
@@ -139,38 +121,23 @@ type worker struct {
 	offer        []*record // the batch offered to the pool
 	drained      chan struct{}
 	// flushing: a snapshot is with the flusher; claiming: a claim is in
-	// flight. Either way the tick hands over no new snapshot.
+	// flight. Either way flush hands over no new snapshot.
 	flushing, claiming bool
 	// flushWait, when set, is closed when the snapshot with the flusher
 	// comes back (a handover waits for it).
 	flushWait chan struct{}
-	// claimRetry fires the next try of a refused first claim, after
-	// claimWait.
-	claimRetry *time.Timer
-	claimWait  *backoff.Backoff
-	// pass is the re-read of parked records in progress, nil none;
-	// passPos the offset it reaches next.
-	pass                    *rereadPass
-	passSeq                 uint64
-	passPos                 int64
-	passStarted, passLogged time.Time
-	// guardNext is when the retention guard runs next.
-	guardNext time.Time
-	// lapseLogged: the lease's lapse was logged; its renewal is too.
-	lapseLogged bool
+	// claimAt is when the next try of a first claim is due (zero: none);
+	// claimWait paces the tries after refusals.
+	claimAt   time.Time
+	claimWait *backoff.Backoff
+	// turns counts the loop's iterations (a test reads how often an idle
+	// partition wakes).
+	turns uint64
 	// keys is what the flushes wrote of the keys not flowing (keys.go).
 	keys keyList
 
-	// born is the worker's monotonic time base, and leaseEnd, in ns since
-	// born, when its ownership lease ends: the send time of the last claim
-	// or flush the tracker accepted, plus the node's lease (Config.lease).
-	// Past it, neither the loop nor the pool starts a delivery of the
-	// partition until a flush confirms the claim again or is refused: a
-	// node frozen for as long as the group takes to give its partitions
-	// away (SIGSTOP, a VM paused) must not deliver on stale ownership when
-	// it resumes. Only the loop writes it.
-	born     time.Time
-	leaseEnd atomic.Int64
+	// lease is the ownership lease (lease.go); its clock is the worker's.
+	lease lease
 }
 
 // progress is a record's latest attempt.
@@ -186,7 +153,7 @@ type claimResult struct {
 	c      tracking.Claim
 	ranges keyrange.Set
 	err    error
-	// sent is when the claim was sent (see worker.born).
+	// sent is when the claim was sent (see worker.since).
 	sent time.Duration
 }
 
@@ -246,19 +213,18 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 	}
 	w := &worker{
 		g: g, tp: tp, pk: g.partitionKey(tp), gen: gen,
-		log:     g.log.With("topic", tp.topic, "partition", tp.partition),
-		attrs:   partitionAttrs(g.sub.ID, tp),
-		wake:    make(chan struct{}, 1),
-		ctrl:    make(chan func()),
-		rereads: make(chan rereadBatch, 1),
-		done:    make(chan struct{}),
-		m:       m,
-		born:    time.Now(),
-		// A whole partition is nil, as the machine wants it.
-		assigned: ranges,
+		log:   g.log.With("topic", tp.topic, "partition", tp.partition),
+		attrs: partitionAttrs(g.sub.ID, tp),
+		mail:  newMailbox(),
+		ctrl:  make(chan func()),
+		rr:    rereader{batches: make(chan rereadBatch, 1)},
+		done:  make(chan struct{}),
+		m:     m,
+		lease: newLease(g.n.cfg.lease()),
 	}
-	if ranges.IsFull() {
-		w.assigned = nil
+	// A whole partition is nil, as the machine wants it.
+	if !ranges.IsFull() {
+		w.rs.assigned = ranges
 	}
 	w.committed.Store(-1)
 	w.highWatermark.Store(-1)
@@ -288,49 +254,34 @@ func (w *worker) setBase(o int64) {
 
 // push hands fetched records to the worker; it never blocks the poll loop.
 func (w *worker) push(rs []*kgo.Record) {
-	w.mu.Lock()
-	w.inbox = append(w.inbox, rs)
-	w.mu.Unlock()
-	w.signal()
+	w.mail.postFetched(rs)
 }
 
 func (w *worker) pushResult(r result) {
-	w.mu.Lock()
-	w.results = append(w.results, r)
-	if w.progress != nil {
-		delete(w.progress, r.rec)
-	}
-	w.mu.Unlock()
-	w.signal()
+	w.mail.postResult(r)
 }
 
 // noteProgress records a record's latest attempt (from the pool).
 func (w *worker) noteProgress(rec *record, p progress) {
-	w.mu.Lock()
-	if w.progress == nil {
-		w.progress = make(map[*record]progress)
-	}
-	w.progress[rec] = p
-	w.notes++
-	w.mu.Unlock()
+	w.mail.noteProgress(rec, p)
 }
 
 // holding describes the record the watermark waits for, nil when none,
 // and the count of progress notes it includes.
 func (w *worker) holding(now time.Time) (*tracking.Holding, uint64) {
 	e := w.m.Holding()
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.mail.mu.Lock()
+	defer w.mail.mu.Unlock()
 	if e == nil {
 		// The record may be parked: its key's earlier ones went, and it
 		// waits to be read again.
 		key, read, ok := w.m.HoldingParked()
 		if !ok {
-			return nil, w.notes
+			return nil, w.mail.notes
 		}
 		h := &tracking.Holding{Offset: w.m.Watermark(), Key: keyText([]byte(key)), Since: read, Behind: int64(w.m.Pending() - 1)}
 		h.Parked, h.OldestParked = w.m.Parked(), w.m.OldestParked()
-		return h, w.notes
+		return h, w.mail.notes
 	}
 	h := &tracking.Holding{Offset: e.Offset, Key: keyText(e.Payload.Key), Since: e.Accepted, Behind: int64(w.m.Pending() - 1)}
 	if p := w.m.Parked(); p > 0 {
@@ -339,13 +290,13 @@ func (w *worker) holding(now time.Time) (*tracking.Holding, uint64) {
 	if e.Out() {
 		h.Dispatched = e.Dispatched
 	}
-	if p, ok := w.progress[e]; ok {
+	if p, ok := w.mail.progress[e]; ok {
 		h.Attempts, h.LastStatus, h.LastError = p.attempts, p.status, p.err
 		if p.next.After(now) {
 			h.NextAttempt = p.next
 		}
 	}
-	return h, w.notes
+	return h, w.mail.notes
 }
 
 // keyText is a record key as the status shows it: text, cut to 128 bytes.
@@ -358,11 +309,7 @@ func keyText(k []byte) string {
 }
 
 // since is the worker's monotonic clock: the time since it was made.
-func (w *worker) since() time.Duration { return time.Since(w.born) }
-
-// leased reports whether the worker's ownership lease holds: the tracker
-// confirmed the claim within it.
-func (w *worker) leased() bool { return int64(w.since()) < w.leaseEnd.Load() }
+func (w *worker) since() time.Duration { return w.lease.since() }
 
 // owned reports whether a delivery of the partition may start: the
 // tracker confirmed the claim within the lease, and the coordinator the
@@ -371,36 +318,10 @@ func (w *worker) leased() bool { return int64(w.since()) < w.leaseEnd.Load() }
 // heartbeats.
 func (w *worker) owned() bool {
 	now := time.Now()
-	return int64(now.Sub(w.born)) < w.leaseEnd.Load() && w.g.live.confirmedAt(now)
+	return w.lease.heldAt(now) && w.g.live.confirmedAt(now)
 }
 
-// renewLease extends the lease from sent, when a write sent then was
-// accepted by the tracker.
-func (w *worker) renewLease(sent time.Duration) {
-	end := int64(sent + w.g.n.cfg.lease())
-	if end <= w.leaseEnd.Load() {
-		return
-	}
-	if !w.leased() && w.lapseLogged {
-		w.log.Info("ownership confirmed again; deliveries resume")
-	}
-	w.lapseLogged = false
-	w.leaseEnd.Store(end)
-}
-
-// leaseRunsLow reports whether the lease has less than half its length
-// left: the tick then writes the state even when nothing changed, so an
-// idle partition keeps its lease and delivers its next record at once.
-func (w *worker) leaseRunsLow() bool {
-	return w.leaseEnd.Load()-int64(w.since()) < int64(w.g.n.cfg.lease()/2)
-}
-
-func (w *worker) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+func (w *worker) signal() { w.mail.signal() }
 
 // do runs f on the worker's loop and waits for it; false if the loop ended.
 func (w *worker) do(f func()) bool {
@@ -436,10 +357,11 @@ func (w *worker) run() {
 	defer w.bg.Wait()
 	// What the partition held goes back to the node's budget.
 	defer w.m.Close()
-	flushT := time.NewTicker(w.g.n.cfg.FlushInterval)
-	defer flushT.Stop()
-	w.claimRetry = time.NewTimer(0)
-	defer w.claimRetry.Stop()
+	clk := newClock()
+	defer clk.stop()
+	// The first claim is due at once.
+	w.claimAt = time.Now()
+	clk.arm(w.claimAt, w.claimAt)
 	w.claimWait = backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	// Until the claim succeeds the partition is paused: without the acked
 	// set this node would redeliver what the previous owner finished.
@@ -449,6 +371,7 @@ func (w *worker) run() {
 	batchTimer.Stop()
 	defer batchTimer.Stop()
 	for {
+		w.turns++
 		// A send into the pool's slots takes a delivery slot: the case
 		// is ready only while one is free, so what waits for one stays
 		// in the machine.
@@ -480,11 +403,10 @@ func (w *worker) run() {
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-w.claimRetry.C:
-			if !w.m.Claimed() && !w.m.Fenced() {
-				w.claim()
-			}
-		case <-w.wake:
+		case <-clk.t.C:
+			clk.fired()
+			w.housekeep(time.Now())
+		case <-w.mail.wake:
 			w.m.SetCommitted(w.committed.Load())
 			w.processResults()
 			w.processTracking()
@@ -506,78 +428,15 @@ func (w *worker) run() {
 			// the batch as it is.
 		case f := <-w.ctrl:
 			f()
-		case b := <-w.rereads:
+		case b := <-w.rr.batches:
 			w.takeReread(b)
-		case <-flushT.C:
-			// Records that waited for room in the node's budget try again.
-			w.m.Refill()
-			w.flush()
-			w.reshape()
-			w.manageReread()
-			w.guardRetention(time.Now())
-			// The watermark-age gauge needs no more than the tick's
-			// resolution; publish runs once per record.
-			if e := w.m.Holding(); e != nil {
-				w.pub.holdingSince.Store(e.Accepted.UnixNano())
-			} else {
-				w.pub.holdingSince.Store(0)
-			}
 		}
+		w.flush()
 		w.publish()
+		w.publishHolding()
+		now := time.Now()
+		clk.arm(w.nextDue(now), now)
 	}
-}
-
-// claim takes the partition over in the tracker: a new epoch fences the
-// previous owner, and its acked offsets are skipped here. The claim runs
-// off the loop, which goes on dispatching; its result comes back to
-// claimed.
-func (w *worker) claim() {
-	if w.claiming || w.retired.Load() {
-		return
-	}
-	w.claiming = true
-	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
-		w.gen = gen
-	}
-	gen, topicID, ranges, sent := w.gen, w.topicID, w.claimRanges(), w.since()
-	w.bg.Add(1)
-	go func() {
-		defer w.bg.Done()
-		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
-		defer cancel()
-		c, err := w.g.n.tracker.ClaimRanges(ctx, w.pk, w.g.n.cfg.NodeID, gen, topicID, ranges)
-		w.mu.Lock()
-		w.claims = append(w.claims, claimResult{c: c, ranges: ranges, err: err, sent: sent})
-		w.mu.Unlock()
-		w.signal()
-	}()
-}
-
-// claimRanges is what a claim asks for: the ranges held once claimed;
-// before, those assigned, or a narrower target that came since (nothing
-// to drain yet). nil is the whole partition.
-func (w *worker) claimRanges() keyrange.Set {
-	if w.m.Claimed() {
-		if !w.m.Shared() {
-			return nil
-		}
-		return w.m.Ranges()
-	}
-	if t := w.target.Load(); t != nil {
-		if t.IsFull() {
-			return nil
-		}
-		return *t
-	}
-	return w.assigned
-}
-
-// assignedRanges are the ranges the partition was assigned with.
-func (w *worker) assignedRanges() keyrange.Set {
-	if w.assigned == nil {
-		return keyrange.Full()
-	}
-	return w.assigned
 }
 
 // ranges returns the key ranges the node delivers as last published.
@@ -595,71 +454,12 @@ func (w *worker) commits() bool {
 	return r != nil && r.Contains(0)
 }
 
-// claimed applies the result of a claim.
-func (w *worker) claimed(r claimResult) {
-	w.claiming = false
-	if w.m.Fenced() {
-		return
-	}
-	if err := r.err; err != nil {
-		w.g.countError("claim")
-		if w.m.Claimed() {
-			// A claim again after a refused flush: refused in favour of a
-			// newer generation, the partition is another owner's.
-			if errors.Is(err, tracking.ErrFenced) {
-				w.becomeFenced(err)
-			} else {
-				w.log.Warn("claim again failed; will retry", "err", err)
-			}
-			return
-		}
-		// A refusal means a fresh claim of a newer generation is stored:
-		// its owner releases it, it goes stale, or Kafka gives this node a
-		// newer generation (claim reads it). Until then the partition is
-		// assigned but not claimed, which status and metrics show.
-		wait := w.claimWait.Next()
-		w.log.Warn("claim failed; retrying", "err", err, "in", wait)
-		w.claimRetry.Reset(wait)
-		return
-	}
-	if r.c.DiscardedTopicID != "" {
-		w.log.Warn("tracking state of a deleted topic of the same name dropped", "topic_id", w.topicID, "old_topic_id", r.c.DiscardedTopicID)
-		w.g.countStartReset(w.tp, resetStaleTracking)
-	}
-	w.epoch = r.c.Epoch
-	w.renewLease(r.sent)
-	var floors []partition.Floor
-	for _, f := range r.c.Floors {
-		if f.Watermark > 0 {
-			floors = append(floors, partition.Floor{Range: f.Range, Below: f.Watermark})
-		}
-	}
-	first := !w.m.Claimed()
-	w.m.ClaimRanges(r.c.Acked, r.ranges, floors)
-	w.publishRanges()
-	if first && !w.m.Ranges().Equal(w.assignedRanges()) {
-		// A sync narrowed the assignment before the first claim: the
-		// rest was never delivered here, so it is released at once.
-		w.g.rangesReleased(w.tp, w.m.Ranges())
-	}
-	if w.m.Shared() {
-		w.log.Info("partition claimed", "epoch", r.c.Epoch, "ranges", w.m.Ranges().String(), "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
-	} else {
-		w.log.Info("partition claimed", "epoch", r.c.Epoch, "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
-	}
-	w.processInbox()
-}
-
 // processInbox offers fetched records to the machine, which accepts them
 // while the window has room and holds the rest until acks make room; the
 // fetch pauses meanwhile. The window is thus a hard bound on what is
 // dispatched and tracked, whatever size the fetches have.
 func (w *worker) processInbox() {
-	w.mu.Lock()
-	batches := w.inbox
-	w.inbox = nil
-	w.mu.Unlock()
-	for _, rs := range batches {
+	for _, rs := range w.mail.takeFetched() {
 		recs := make([]partition.Record[*kgo.Record], len(rs))
 		for i, r := range rs {
 			recs[i] = w.g.filter(machineRecord(r))
@@ -699,11 +499,7 @@ func recordBytes(r *kgo.Record) int64 {
 }
 
 func (w *worker) processResults() {
-	w.mu.Lock()
-	rs := w.results
-	w.results = nil
-	w.mu.Unlock()
-	for _, res := range rs {
+	for _, res := range w.mail.takeResults() {
 		w.m.Done(res.rec, res.acked)
 	}
 	if w.drained != nil && w.m.InFlight() == 0 {
@@ -714,18 +510,12 @@ func (w *worker) processResults() {
 
 // pushFlushed hands the worker the outcome of a flush.
 func (w *worker) pushFlushed(r flushResult) {
-	w.mu.Lock()
-	w.flushes = append(w.flushes, r)
-	w.mu.Unlock()
-	w.signal()
+	w.mail.postFlush(r)
 }
 
 // processTracking applies what the tracker answered: claims and flushes.
 func (w *worker) processTracking() {
-	w.mu.Lock()
-	cs, fs, rs := w.claims, w.flushes, w.releases
-	w.claims, w.flushes, w.releases = nil, nil, nil
-	w.mu.Unlock()
+	cs, fs, rs := w.mail.takeTracking()
 	for _, r := range cs {
 		w.claimed(r)
 	}
@@ -770,34 +560,32 @@ func (w *worker) applyPause() {
 }
 
 // flush hands the partition's state to the node's flusher when it
-// changed. A partition whose previous flush or a claim is still under way
-// skips the tick and stays dirty: what it hands over next is newer.
+// changed; the loop calls it after every turn, so a change waits for the
+// flusher's next round, not for a tick of its own too. A partition whose
+// previous flush or a claim is still under way stays dirty: its snapshot
+// goes once the answer is back, and is newer.
 func (w *worker) flush() {
 	w.m.SetCommitted(w.committed.Load())
-	if w.flushing || w.claiming || w.releasing || w.retired.Load() {
+	if w.flushing || w.claiming || w.rs.releasing || w.retired.Load() {
 		return
 	}
-	w.mu.Lock()
-	noted := w.notes != w.flushedNotes
-	w.mu.Unlock()
+	noted := w.mail.noted() != w.flushedNotes
 	live := w.m.Claimed() && !w.m.Fenced()
 	// While the coordinator has not confirmed the node's membership, the
 	// group may be giving the partition away: the state is written every
-	// tick, so a new owner's claim fences the attempts in flight here
-	// within a tick, not at the next change.
+	// round, so a new owner's claim fences the attempts in flight here
+	// within a round, not at the next change.
 	member := true
 	if live {
 		now := time.Now()
 		w.g.live.check(w.g.log, now)
 		member = w.g.live.confirmedAt(now)
 	}
-	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.leaseRunsLow())) {
+	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.lease.runsLow())) {
 		return
 	}
-	if live && !w.leased() && !w.lapseLogged {
-		w.lapseLogged = true
-		w.log.Warn("ownership not confirmed for the lease; no delivery starts until the tracker confirms or refuses the claim",
-			"lease", w.g.n.cfg.lease())
+	if live {
+		w.lease.logLapse(w.log)
 	}
 	w.flushing = true
 	w.g.n.flusher.submit(w.flushReq())
@@ -838,7 +626,7 @@ func (w *worker) flushed(r flushResult) {
 	switch err := r.err; {
 	case errors.Is(err, errRetired):
 	case err == nil:
-		w.renewLease(r.sent)
+		w.lease.renew(r.sent, w.log)
 		// What lets the committer move: the commit never passes what the
 		// tracker holds, over every sharer.
 		w.m.FlushedMerged(r.snap, r.merged)
@@ -850,7 +638,7 @@ func (w *worker) flushed(r flushResult) {
 		}
 	case errors.Is(err, tracking.ErrStateLost):
 		// Redis lost the state (restart without persistence): claim again;
-		// the next tick writes what this node knows. Its acks are true, so
+		// the next flush writes what this node knows. Its acks are true, so
 		// nothing is lost, and the new epoch still fences any older owner.
 		w.log.Warn("tracking state lost; claiming again")
 		w.claim()
@@ -877,91 +665,6 @@ func (w *worker) wakeHandover() {
 func (w *worker) publishRanges() {
 	r := w.m.Ranges()
 	w.pub.ranges.Store(&r)
-}
-
-// setTarget hands the worker the ranges the group's balancer now assigns
-// it; nil or the whole space is all of them. It never blocks.
-func (w *worker) setTarget(rs keyrange.Set) {
-	if rs == nil {
-		rs = keyrange.Full()
-	}
-	w.target.Store(&rs)
-	w.signal()
-}
-
-// reshape gives up the ranges the balancer took away (an in-place shrink;
-// the balancer never grows a partition in place): their keys are frozen
-// (no new dispatch), and once none of their records is in flight, the
-// state is written and the ranges released in the tracker, in that order,
-// so the next owner starts from every ack. Only then does the machine let
-// their records go, and the group tell the balancer, whose next
-// generation hands the ranges to their new owner.
-func (w *worker) reshape() {
-	tp := w.target.Load()
-	if tp == nil || w.releasing || !w.m.Claimed() || w.m.Fenced() || w.m.Stopped() || w.retired.Load() {
-		return
-	}
-	keep := tp.Intersect(w.m.Ranges())
-	if keep.Equal(w.m.Ranges()) {
-		w.m.Freeze(keep) // takes back an earlier, narrower freeze
-		return
-	}
-	w.m.Freeze(keep)
-	if w.m.Draining() > 0 || w.flushing || w.claiming || time.Now().Before(w.releaseAfter) {
-		return
-	}
-	w.releasing = true
-	req := w.flushReq()
-	give := w.m.Ranges().Minus(keep)
-	epoch := w.epoch
-	w.bg.Add(1)
-	go func() {
-		defer w.bg.Done()
-		ctx, cancel := context.WithTimeout(w.ctx, flushTimeout)
-		defer cancel()
-		res := w.g.n.tracker.FlushRanges(ctx, []tracking.PartitionFlush{{Key: w.pk, Flush: req.f}})[0]
-		err := res.Err
-		if err == nil {
-			err = w.g.n.tracker.ReleaseRanges(ctx, w.pk, epoch, give)
-		}
-		w.mu.Lock()
-		w.releases = append(w.releases, releaseResult{flush: req.result(res), err: err})
-		w.mu.Unlock()
-		w.signal()
-	}()
-}
-
-// released applies the outcome of a release of drained ranges.
-func (w *worker) released(r releaseResult) {
-	w.releasing = false
-	w.wakeHandover()
-	if w.m.Fenced() {
-		return
-	}
-	switch err := r.err; {
-	case err == nil:
-		w.renewLease(r.flush.sent)
-		w.m.FlushedMerged(r.flush.snap, r.flush.merged)
-		given := w.m.Ranges()
-		dropped, err := w.m.Shrink()
-		if err != nil {
-			// Nothing dispatches a frozen range, so none can be in flight.
-			w.log.Error("released ranges still in flight", "err", err)
-			return
-		}
-		if w.g.redriver != nil {
-			w.g.redriver.forget(dropped)
-		}
-		w.publishRanges()
-		w.log.Info("key ranges released", "released", given.Minus(w.m.Ranges()).String(), "keeping", w.m.Ranges().String())
-		w.g.rangesReleased(w.tp, w.m.Ranges())
-	case errors.Is(err, tracking.ErrStateLost), errors.Is(err, tracking.ErrFenced):
-		// As for a flush: claim again; a newer owner refuses it.
-		w.claim()
-	default:
-		w.releaseAfter = time.Now().Add(time.Second)
-		w.log.Warn("releasing key ranges failed; will retry", "err", err)
-	}
 }
 
 // becomeFenced stops all work on a partition another owner has claimed:
@@ -1062,7 +765,7 @@ func (w *worker) handover(ctx context.Context) (req flushReq, ok bool) {
 		w.m.Stop()
 		w.processResults()
 		w.processTracking()
-		if w.flushing || w.releasing {
+		if w.flushing || w.rs.releasing {
 			w.flushWait = make(chan struct{})
 			sent = w.flushWait
 		}

@@ -27,6 +27,11 @@ func (e *Endpoint) Filter(rec *recordexpr.Record) (bool, error) {
 	return e.expr.Filter(rec)
 }
 
+// Shapes reports whether Shape changes anything (or fails): without a
+// filter, transform or value format there is nothing to do, and callers
+// skip building the record it reads.
+func (e *Endpoint) Shapes() bool { return e.exprErr != nil || e.expr != nil }
+
 // Shape puts into m, a message filled from rec, the body the subscription
 // sends: the transform's result, or the value checked against its format
 // (a JSON value goes typed application/json, which the envelope embeds as

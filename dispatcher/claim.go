@@ -84,5 +84,9 @@ func (w *worker) claimed(r claimResult) {
 	} else {
 		w.log.Info("partition claimed", "epoch", r.c.Epoch, "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())
 	}
+	if first {
+		// The check that came due with the claim found it not done yet.
+		w.recheckRetention(time.Now())
+	}
 	w.processInbox()
 }

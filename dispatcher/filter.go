@@ -34,6 +34,9 @@ func (g *group) filter(r partition.Record[*kgo.Record]) partition.Record[*kgo.Re
 // transform, or the value checked against its format). Its error is
 // final: the record is dead-lettered with it.
 func (g *group) shape(m *webhooks.Message, r *kgo.Record) error {
+	if !g.ep.Shapes() {
+		return nil
+	}
 	in := exprRecord(r)
 	return g.ep.Shape(m, &in)
 }

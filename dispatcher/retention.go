@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"time"
 
@@ -81,7 +82,23 @@ func (g *group) readRetention(ctx context.Context) {
 			}
 		}
 	}
-	g.retention.Store(&out)
+	old := g.retention.Swap(&out)
+	if old != nil && maps.Equal(*old, out) {
+		return
+	}
+	// The partitions' guards learn of a new retention (the first one
+	// above all: a claim can come before it is read) now rather than at
+	// their next check, up to 30 s away. It runs on each worker's loop,
+	// which owns the guard.
+	for _, w := range g.snapshotWorkers() {
+		w.do(func() { w.recheckRetention(time.Now()) })
+	}
+}
+
+// recheckRetention runs the retention check now, whenever the last one ran.
+func (w *worker) recheckRetention(now time.Time) {
+	w.guard.next = time.Time{}
+	w.guardRetention(now)
 }
 
 // retentionOf returns topic's time-based retention, false when it has

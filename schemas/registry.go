@@ -188,7 +188,9 @@ func (e *unknownError) Error() string {
 	return e.what + " is unknown to the registry (" + e.err.Error() + ")"
 }
 
-func (e *unknownError) Unwrap() []error { return []error{recordexpr.ErrDecode, ErrUnknownSchema, e.err} }
+func (e *unknownError) Unwrap() []error {
+	return []error{recordexpr.ErrDecode, ErrUnknownSchema, e.err}
+}
 
 // Lookup returns the schema of id when it is cached. Otherwise it starts
 // its fetch, when none is under way, and returns an error wrapping

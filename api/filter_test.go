@@ -32,7 +32,9 @@ func TestFilterCompileErrorsNameTheField(t *testing.T) {
 		{`{` + base + `,"filter":"key =="}`, "filter", "filter:1:"},
 		{`{` + base + `,"filter":"value.type == 'x'"}`, "filter", "does not support field selection"},
 		{`{` + base + `,"value_format":"json","transform":"offset"}`, "transform", "must yield a map"},
-		{`{` + base + `,"value_format":"avro"}`, "value_format", "not supported yet"},
+		{`{` + base + `,"value_format":"avro"}`, "value_format", "--schema-registry-url"},
+		{`{` + base + `,"key_format":"protobuf"}`, "key_format", "--schema-registry-url"},
+		{`{` + base + `,"value_format":"xml"}`, "value_format", "must be one of"},
 		{`{` + base + `,"on_filter_error":"drop"}`, "on_filter_error", "must be one of"},
 	} {
 		p := problemOf(t, e.do(t, http.MethodPost, "/v1/subscriptions", tc.body), http.StatusBadRequest)

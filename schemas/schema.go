@@ -2,14 +2,18 @@ package schemas
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 )
 
 // Schema is one registry schema, parsed. It is immutable.
@@ -58,25 +62,87 @@ func parseAvro(text string, refs []named) (avro.Schema, error) {
 	return avro.ParseWithCache(text, "", cache)
 }
 
-// parseProto compiles text, a .proto file, with the files it imports:
-// its references by name, and the well-known types
-// (google/protobuf/*.proto) that protocompile carries.
+// parseProto compiles a .proto file with the files it imports: its
+// references by name, and the well-known types (google/protobuf/*.proto)
+// that protocompile carries. Each file is .proto text, or, as Confluent's
+// serializers register them and registries return them with
+// format=serialized, a FileDescriptorProto in base64.
 func parseProto(id int, text string, refs []named) (protoreflect.FileDescriptor, error) {
 	name := fmt.Sprintf("keyhook-schema-%d.proto", id)
 	files := map[string]string{name: text}
 	for _, r := range refs {
 		files[r.name] = r.schema.Schema
 	}
-	c := protocompile.Compiler{
-		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
-			Accessor: protocompile.SourceAccessorFromMap(files),
-		}),
-	}
+	resolve := protocompile.ResolverFunc(func(path string) (protocompile.SearchResult, error) {
+		text, ok := files[path]
+		if !ok {
+			return protocompile.SearchResult{}, fs.ErrNotExist
+		}
+		if fdp := serializedDescriptor(text); fdp != nil {
+			fdp.Name = proto.String(path)
+			return protocompile.SearchResult{Proto: fdp}, nil
+		}
+		return protocompile.SearchResult{Source: strings.NewReader(text)}, nil
+	})
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(resolve)}
 	fds, err := c.Compile(context.Background(), name)
 	if err != nil {
 		return nil, errors.New(strings.ReplaceAll(err.Error(), name+":", ""))
 	}
 	return fds[0], nil
+}
+
+// serializedDescriptor is text as a base64 FileDescriptorProto, nil when
+// it is not one (.proto text is never valid base64: it has spaces and
+// semicolons).
+func serializedDescriptor(text string) *descriptorpb.FileDescriptorProto {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(text))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	var fdp descriptorpb.FileDescriptorProto
+	if proto.Unmarshal(b, &fdp) != nil {
+		return nil
+	}
+	for _, m := range fdp.MessageType {
+		fillJSONNames(m)
+	}
+	return &fdp
+}
+
+// fillJSONNames gives each field without a json_name its default one. The
+// descriptors Python's protobuf serializes (serialized_pb) have none, and
+// protocompile's linker, expecting protoc's output, would read the
+// missing name as a custom "" shared by every field.
+func fillJSONNames(m *descriptorpb.DescriptorProto) {
+	for _, f := range m.Field {
+		if f.JsonName == nil {
+			f.JsonName = proto.String(jsonName(f.GetName()))
+		}
+	}
+	for _, n := range m.NestedType {
+		fillJSONNames(n)
+	}
+}
+
+// jsonName is protoc's default JSON name of a field: each underscore
+// dropped and the letter after it upper-cased (order_id: orderId).
+func jsonName(name string) string {
+	b := make([]byte, 0, len(name))
+	up := false
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c == '_' {
+			up = true
+			continue
+		}
+		if up && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		up = false
+		b = append(b, c)
+	}
+	return string(b)
 }
 
 // message is the message type of a Protobuf header's indexes: the first

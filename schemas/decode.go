@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"sync"
 	"time"
 
 	"cel.dev/cel-go/common/types"
@@ -133,13 +134,22 @@ var avroConfig = avro.Config{MaxByteSliceSize: 64 << 20}.Freeze()
 // timestamps (millis, micros) as time.Time in UTC, dates, times of day and
 // local timestamps as ISO 8601 strings.
 func decodeAvro(s avro.Schema, b []byte) (any, error) {
-	r := avro.NewReader(nil, 0, avro.WithReaderConfig(avroConfig)).Reset(b)
+	r := avroReaders.Get().(*avro.Reader)
+	r.Reset(b)
+	r.Error = nil
 	v := readAvro(r, s, 0)
-	if r.Error != nil {
-		return nil, r.Error
+	err := r.Error
+	r.Reset(nil)
+	avroReaders.Put(r)
+	if err != nil {
+		return nil, err
 	}
 	return v, nil
 }
+
+// avroReaders keeps readers between decodings: one per record would be an
+// allocation of its own on the worker's goroutine.
+var avroReaders = sync.Pool{New: func() any { return avro.NewReader(nil, 0, avro.WithReaderConfig(avroConfig)) }}
 
 func readAvro(r *avro.Reader, s avro.Schema, depth int) any {
 	if r.Error != nil {

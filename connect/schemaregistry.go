@@ -32,38 +32,47 @@ func (c SchemaRegistryConfig) tlsFiles() tlsFiles {
 	}
 }
 
-// SchemaRegistry returns the registry configuration c describes, its TLS
-// files loaded, so that a missing or malformed file stops the start;
-// errors are *FieldError. The zero c gives the zero schemas.Config (no
-// registry).
-func SchemaRegistry(c SchemaRegistryConfig) (schemas.Config, error) {
+// Validate reports the first field of c that is wrong, without reading
+// any file; errors are *FieldError.
+func (c SchemaRegistryConfig) Validate() error {
 	if c.URL == "" {
 		for _, f := range []struct{ name, value string }{
 			{"Username", c.Username}, {"Password", c.Password}, {"BearerToken", c.BearerToken},
 			{"TLSCAFile", c.TLSCAFile}, {"TLSCertFile", c.TLSCertFile}, {"TLSKeyFile", c.TLSKeyFile},
 		} {
 			if f.value != "" {
-				return schemas.Config{}, fieldErr(f.name, "is set, but URL is not")
+				return fieldErr(f.name, "is set, but URL is not")
 			}
 		}
-		return schemas.Config{}, nil
+		return nil
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return schemas.Config{}, fieldErr("URL", "is %q, want http://host:port or https://host:port", c.URL)
+		return fieldErr("URL", "is %q, want http://host:port or https://host:port", c.URL)
 	}
-	if c.Username != "" && c.BearerToken != "" {
-		return schemas.Config{}, fieldErr("BearerToken", "is set with Username: choose basic auth or a bearer token")
+	switch {
+	case c.Username != "" && c.BearerToken != "":
+		return fieldErr("BearerToken", "is set with Username: choose basic auth or a bearer token")
+	case c.Password != "" && c.Username == "":
+		return fieldErr("Password", "is set, but Username is not")
+	case u.Scheme != "https" && c.TLSCAFile != "":
+		return fieldErr("TLSCAFile", "needs an https:// URL")
+	case u.Scheme != "https" && c.TLSCertFile != "":
+		return fieldErr("TLSCertFile", "needs an https:// URL")
 	}
-	if c.Password != "" && c.Username == "" {
-		return schemas.Config{}, fieldErr("Password", "is set, but Username is not")
+	return c.tlsFiles().check()
+}
+
+// SchemaRegistry returns the registry configuration c describes, its TLS
+// files loaded, so that a missing or malformed file stops the start;
+// errors are *FieldError. The zero c gives the zero schemas.Config (no
+// registry).
+func SchemaRegistry(c SchemaRegistryConfig) (schemas.Config, error) {
+	if err := c.Validate(); err != nil || c.URL == "" {
+		return schemas.Config{}, err
 	}
 	cfg := schemas.Config{URL: c.URL, Username: c.Username, Password: c.Password, BearerToken: c.BearerToken}
-	f := c.tlsFiles()
-	if f.caFile != "" || f.certFile != "" || f.keyFile != "" {
-		if u.Scheme != "https" {
-			return schemas.Config{}, fieldErr("TLSCAFile", "TLS files need an https:// URL")
-		}
+	if f := c.tlsFiles(); f.caFile != "" || f.certFile != "" {
 		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if err := f.apply(cfg.TLS); err != nil {
 			return schemas.Config{}, err

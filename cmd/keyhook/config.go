@@ -380,7 +380,7 @@ func (c config) validate(cmd string, knobs []knob, requireBackends bool) error {
 	if err := c.Kafka.Validate(); err != nil {
 		return connectError(cmd, err, kafkaFlags)
 	}
-	if _, err := connect.SchemaRegistry(c.Registry); err != nil {
+	if err := c.Registry.Validate(); err != nil {
 		return connectError(cmd, err, registryFlags)
 	}
 	if err := (configlog.Config{Topic: c.node.ConfigTopic}).Validate(); err != nil {

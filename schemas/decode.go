@@ -123,8 +123,20 @@ func (d *decoder) decode(s *Schema, b []byte) (recordexpr.Decoded, error) {
 // reads value.amount whether or not it is zero.
 var protoJSON = protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true}
 
-// avroConfig lets a string or bytes value be as large as a Kafka record.
-var avroConfig = avro.Config{MaxByteSliceSize: 64 << 20}.Freeze()
+// avroSizes are the bounds of a string or bytes value the Avro readers
+// accept, one pool of readers each: a decoding takes the smallest bound
+// at least as long as the record, so that a corrupt length never makes it
+// allocate more than the record could hold.
+var avroSizes = []int{64 << 10, 1 << 20, 16 << 20, 64 << 20}
+
+var avroReaders = func() []*sync.Pool {
+	pools := make([]*sync.Pool, len(avroSizes))
+	for i, n := range avroSizes {
+		api := avro.Config{MaxByteSliceSize: n}.Freeze()
+		pools[i] = &sync.Pool{New: func() any { return avro.NewReader(nil, 0, avro.WithReaderConfig(api)) }}
+	}
+	return pools
+}()
 
 // decodeAvro decodes b, Avro binary of schema s, into what expressions see
 // (see the package doc of recordexpr and docs/api.md): records and maps
@@ -134,24 +146,45 @@ var avroConfig = avro.Config{MaxByteSliceSize: 64 << 20}.Freeze()
 // timestamps (millis, micros) as time.Time in UTC, dates, times of day and
 // local timestamps as ISO 8601 strings.
 func decodeAvro(s avro.Schema, b []byte) (any, error) {
-	r := avroReaders.Get().(*avro.Reader)
+	i := 0
+	for i < len(avroSizes)-1 && avroSizes[i] < len(b) {
+		i++
+	}
+	r := avroReaders[i].Get().(*avro.Reader)
 	r.Reset(b)
 	r.Error = nil
-	v := readAvro(r, s, 0)
+	// Every item of an array or map takes a byte at least, but for
+	// items of zero bytes (null, an empty record): a count beyond this
+	// is a corrupt record, not a long loop.
+	d := avroDecoder{r: r, items: len(b) + 1024}
+	v := d.read(s, 0)
 	err := r.Error
 	r.Reset(nil)
-	avroReaders.Put(r)
+	avroReaders[i].Put(r)
 	if err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-// avroReaders keeps readers between decodings: one per record would be an
-// allocation of its own on the worker's goroutine.
-var avroReaders = sync.Pool{New: func() any { return avro.NewReader(nil, 0, avro.WithReaderConfig(avroConfig)) }}
+// avroDecoder is one decoding: the reader and the items it may still
+// read.
+type avroDecoder struct {
+	r     *avro.Reader
+	items int
+}
 
-func readAvro(r *avro.Reader, s avro.Schema, depth int) any {
+// item counts one array or map item against the budget.
+func (d *avroDecoder) item() bool {
+	if d.items--; d.items < 0 {
+		d.r.ReportError("Read", "more array or map items than the record has bytes")
+		return false
+	}
+	return true
+}
+
+func (d *avroDecoder) read(s avro.Schema, depth int) any {
+	r := d.r
 	if r.Error != nil {
 		return nil
 	}
@@ -224,17 +257,17 @@ func readAvro(r *avro.Reader, s avro.Schema, depth int) any {
 		fields := s.(*avro.RecordSchema).Fields()
 		m := make(map[string]any, len(fields))
 		for _, f := range fields {
-			m[f.Name()] = readAvro(r, f.Type(), depth+1)
+			m[f.Name()] = d.read(f.Type(), depth+1)
 		}
 		return m
 	case avro.Ref:
-		return readAvro(r, s.(*avro.RefSchema).Schema(), depth)
+		return d.read(s.(*avro.RefSchema).Schema(), depth)
 	case avro.Array:
 		items := s.(*avro.ArraySchema).Items()
 		l := []any{}
 		for n := blockLen(r); n > 0 && r.Error == nil; n = blockLen(r) {
-			for ; n > 0 && r.Error == nil; n-- {
-				l = append(l, readAvro(r, items, depth+1))
+			for ; n > 0 && d.item(); n-- {
+				l = append(l, d.read(items, depth+1))
 			}
 		}
 		return l
@@ -242,9 +275,9 @@ func readAvro(r *avro.Reader, s avro.Schema, depth int) any {
 		values := s.(*avro.MapSchema).Values()
 		m := map[string]any{}
 		for n := blockLen(r); n > 0 && r.Error == nil; n = blockLen(r) {
-			for ; n > 0 && r.Error == nil; n-- {
+			for ; n > 0 && d.item(); n-- {
 				k := r.ReadString()
-				m[k] = readAvro(r, values, depth+1)
+				m[k] = d.read(values, depth+1)
 			}
 		}
 		return m
@@ -255,7 +288,7 @@ func readAvro(r *avro.Reader, s avro.Schema, depth int) any {
 			r.ReportError("Read", fmt.Sprintf("union branch %d out of range", i))
 			return nil
 		}
-		return readAvro(r, branches[i], depth+1)
+		return d.read(branches[i], depth+1)
 	}
 	r.ReportError("Read", "unexpected schema type "+string(s.Type()))
 	return nil

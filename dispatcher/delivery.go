@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -140,7 +141,15 @@ func (f *flight) step() (time.Duration, bool) {
 		return 0, true
 	}
 	if f.pending != nil {
-		if wait, more := f.waitForSchema(); more {
+		wait, more := f.waitForSchema()
+		switch {
+		case !more:
+		case f.rec.Expiring() && g.sub.DeadLetterTopicFor(f.rec.Payload.Topic) != "":
+			// The registry has not answered for as long as the topic
+			// keeps records: dead-lettered, undecoded, before retention
+			// deletes it, like a record whose endpoint failed as long.
+			f.reqErr, f.pending = fmt.Errorf("%w (%w)", errRetention, f.pending), nil
+		default:
 			return wait, false
 		}
 	}

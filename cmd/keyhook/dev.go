@@ -96,8 +96,8 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	apiAddr := kh.APIAddr()
-	fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topics %q, %q in Avro, 4 partitions)\n  redis    %s (embedded)\n  registry %s (embedded, schema %d)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n",
-		strings.Join(c.node.Brokers, ","), devTopic, devAvroTopic, mr.Addr(), c.node.SchemaRegistry.URL, schemaID, apiAddr, ln.Addr(), demo.SlowKey)
+	fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topics %q, %q in Avro, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n  registry %s (embedded, schema %d of %q)\n",
+		strings.Join(c.node.Brokers, ","), devTopic, devAvroTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey, c.node.SchemaRegistry.URL, schemaID, devAvroTopic)
 	fmt.Fprintf(stdout, "  token    %s (admin)\n", c.node.BootstrapToken)
 	fmt.Fprintf(stdout, "  try      curl -s -H 'Authorization: Bearer %s' http://%s/v1/subscriptions | jq\n", c.node.BootstrapToken, apiAddr)
 	fmt.Fprintf(stdout, "           KEYHOOK_API_URL=http://%s KEYHOOK_TOKEN=%s keyhook subscriptions list\n\n", apiAddr, c.node.BootstrapToken)

@@ -71,7 +71,7 @@ type Registry struct {
 	wg     sync.WaitGroup
 
 	// mu guards what follows.
-	mu sync.Mutex
+	mu sync.RWMutex
 	// cache holds the schemas fetched, order their ids oldest first (the
 	// first evicted when the cache is full).
 	cache map[int]*Schema
@@ -204,10 +204,21 @@ func (r *Registry) Lookup(id int) (*Schema, error) {
 
 // lookup is Lookup, with the fetch under way when there is one.
 func (r *Registry) lookup(id int) (*Schema, *fetch, error) {
+	// The cache is read by every partition's worker for every record:
+	// a read lock, the write lock only when it misses.
+	r.mu.RLock()
+	s, ok := r.cache[id]
+	r.mu.RUnlock()
+	if ok {
+		return s, nil, nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.cache[id]; ok {
 		return s, nil, nil
+	}
+	if r.ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("%w: schema %d: the registry client is closed", recordexpr.ErrNotReady, id)
 	}
 	f, ok := r.fetches[id]
 	if ok && f.err != nil {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -116,6 +117,11 @@ type Config struct {
 	// key's lane (deadletter.Queue). Default nil: redrives are left
 	// queued for other nodes.
 	Redrives RedriveQueue
+	// Schemas, when not nil, decodes the Schema Registry formats
+	// (schemas.Registry). Without it, records of a subscription whose
+	// value_format or key_format is avro, protobuf or json_schema wait,
+	// unacked, for a node that has one.
+	Schemas recordexpr.SchemaDecoders
 	// ForgetSubscription, when not nil, is called once the group of a
 	// deleted subscription stopped on this node, so that the node's
 	// metrics drop its series (telemetry.Providers.ForgetSubscription).

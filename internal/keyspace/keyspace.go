@@ -134,12 +134,6 @@ func (k Keyspace) DeadLetterWindow(subscription string, start int64) string {
 	return k.prefix() + ":dlwindow:{" + subscription + "}:" + strconv.FormatInt(start, 10)
 }
 
-// DeadLetterWindowPattern is the SCAN MATCH pattern of one subscription's
-// DeadLetterWindow keys.
-func (k Keyspace) DeadLetterWindowPattern(subscription string) string {
-	return GlobEscape(k.prefix()+":dlwindow:{"+subscription+"}:") + "*"
-}
-
 // Delivery log (package deliverylog).
 
 // DeliveryAttempts is the LIST of one delivery's attempts, oldest first,

@@ -116,6 +116,13 @@ type Config struct {
 	// key's lane (deadletter.Queue). Default nil: redrives are left
 	// queued for other nodes.
 	Redrives RedriveQueue
+	// Health, when not nil, is told each attempt's outcome of the
+	// subscriptions that set disable_after, and each dead letter
+	// (monitor.Monitor: automatic pause, the dead-letter threshold).
+	Health Health
+	// AttemptLog, when not nil, keeps each attempt of a record's delivery
+	// (deliverylog.Writer); batch requests are not kept.
+	AttemptLog AttemptLog
 	// ForgetSubscription, when not nil, is called once the group of a
 	// deleted subscription stopped on this node, so that the node's
 	// metrics drop its series (telemetry.Providers.ForgetSubscription).

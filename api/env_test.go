@@ -18,11 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/control"
 	"github.com/keyhook/keyhook/deliverylog"
 	"github.com/keyhook/keyhook/internal/keyspace"
-	"github.com/keyhook/keyhook/monitor"
-	"github.com/keyhook/keyhook/control"
 	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/monitor"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"

@@ -210,6 +210,10 @@ func TestAFailingEndpointPausesItsSubscriptionUntilResumedAndLosesNothing(t *tes
 	if got.PausedBy != "auto" || !strings.HasPrefix(got.PausedReason, "endpoint failing since ") || !strings.HasSuffix(got.PausedReason, "(disable_after 1m)") {
 		t.Fatalf("paused by %q because %q, want by auto, endpoint failing since … (disable_after 1m)", got.PausedBy, got.PausedReason)
 	}
+	var st shown
+	if code := node.call(t, http.MethodGet, "/v1/subscriptions/"+sub.ID+"/status", "", &st); code != http.StatusOK || st != got {
+		t.Fatalf("status = %d %+v, want the subscription's %+v", code, st, got)
+	}
 	eventually(t, 15*time.Second, "the auto_paused event, signed", func() bool {
 		evs, _ := op.events()
 		return len(evs) > 0

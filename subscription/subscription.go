@@ -183,8 +183,13 @@ func (s *Subscription) DeadLetterTopicFor(topic string) string {
 
 // Status is the delivery state of a subscription, per partition.
 type Status struct {
-	SubscriptionID string            `json:"subscription_id"`
-	Partitions     []PartitionStatus `json:"partitions"`
+	SubscriptionID string `json:"subscription_id"`
+	// Paused, PausedBy and PausedReason are the subscription's: whether
+	// its deliveries are stopped, by whom ("auto") and why.
+	Paused       bool              `json:"paused"`
+	PausedBy     string            `json:"paused_by,omitempty"`
+	PausedReason string            `json:"paused_reason,omitempty"`
+	Partitions   []PartitionStatus `json:"partitions"`
 }
 
 // PartitionStatus joins what Kafka knows (commit, log end) with what the

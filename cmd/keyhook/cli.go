@@ -176,6 +176,12 @@ func subscriptionsCmd(ctx context.Context, args []string, getenv func(string) st
 		if err := json.Unmarshal(data, &st); err != nil {
 			return fmt.Errorf("keyhook %s: %w", cmd, err)
 		}
+		switch {
+		case st.PausedReason != "":
+			fmt.Fprintf(stdout, "paused by %s: %s\n\n", st.PausedBy, st.PausedReason)
+		case st.Paused:
+			fmt.Fprint(stdout, "paused\n\n")
+		}
 		tw := newTable(stdout)
 		fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tLOG END\tLAG\tWATERMARK\tPENDING\tIN FLIGHT\tBUSY KEYS\tOLDEST PENDING\tOWNER")
 		for _, p := range st.Partitions {

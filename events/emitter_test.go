@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keyhook/keyhook/events"
 	"github.com/keyhook/keyhook/internal/backoff"
@@ -146,7 +149,9 @@ func TestEventsArriveSignedInOrderAfterTheEndpointRefusedThem(t *testing.T) {
 func TestAFullQueueDropsTheOldestAndCountsIt(t *testing.T) {
 	secret, _ := webhooks.GenerateSecret()
 	op := newOperator(t, secret, 0)
-	e, err := events.NewEmitter(events.Config{NodeID: "n", URL: op.srv.URL, Secret: secret, QueueSize: 2, Logger: slog.New(slog.DiscardHandler)})
+	reader := sdkmetric.NewManualReader()
+	e, err := events.NewEmitter(events.Config{NodeID: "n", URL: op.srv.URL, Secret: secret, QueueSize: 2, Logger: slog.New(slog.DiscardHandler),
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,23 +165,55 @@ func TestAFullQueueDropsTheOldestAndCountsIt(t *testing.T) {
 	if len(got) != 2 || got[0].Subscription != "sub_d" || got[1].Subscription != "sub_e" {
 		t.Fatalf("accepted %+v, want only the two newest (sub_d, sub_e): the oldest are dropped", got)
 	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	dropped := int64(-1)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "keyhook.events.dropped" {
+				dropped = 0
+				for _, dp := range sum.DataPoints {
+					dropped += dp.Value
+				}
+			}
+		}
+	}
+	if dropped != 3 {
+		t.Fatalf("keyhook.events.dropped = %d, want 3", dropped)
+	}
 }
 
 func TestEventsAreWrittenToTheKafkaTopic(t *testing.T) {
-	brokers := testutil.Kfake(t, 1, "ops-events")
+	readBack(t, testutil.Kfake(t, 1, "ops-events"), "ops-events")
+}
+
+// The same against the real broker of the integration tier.
+func TestEventsAreWrittenToARealKafkaTopic(t *testing.T) {
+	brokers := testutil.RealKafka(t)
+	topic := "ops-events-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	testutil.CreateTopics(t, brokers, 1, topic)
+	readBack(t, brokers, topic)
+}
+
+// readBack emits an event to topic and reads it back with a consumer of
+// its own.
+func readBack(t *testing.T, brokers []string, topic string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	e, err := events.NewEmitter(events.Config{NodeID: "node-b", Topic: "ops-events", Producer: cl, Logger: slog.New(slog.DiscardHandler)})
+	e, err := events.NewEmitter(events.Config{NodeID: "node-b", Topic: topic, Producer: cl, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.Emit(events.DeadLettersThresholdExceeded("sub_9", events.DeadLetters{Count: 10, Threshold: 10, WindowMS: 60000}))
 	run(t, e)
 
-	rd, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("ops-events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	rd, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +225,7 @@ func TestEventsAreWrittenToTheKafkaTopic(t *testing.T) {
 		recs = append(recs, rd.PollFetches(ctx).Records()...)
 	}
 	if len(recs) != 1 {
-		t.Fatalf("read %d records from ops-events, want 1", len(recs))
+		t.Fatalf("read %d records from %s, want 1", len(recs), topic)
 	}
 	var ev events.Event
 	if err := json.Unmarshal(recs[0].Value, &ev); err != nil {

@@ -121,7 +121,7 @@ type Config struct {
 	// (monitor.Monitor: automatic pause, the dead-letter threshold).
 	Health Health
 	// AttemptLog, when not nil, keeps each attempt of a record's delivery
-	// (deliverylog.Writer); batch requests are not kept.
+	// (deliverylog.Writer); batch requests and redrives are not kept.
 	AttemptLog AttemptLog
 	// ForgetSubscription, when not nil, is called once the group of a
 	// deleted subscription stopped on this node, so that the node's

@@ -19,7 +19,7 @@ import (
 // body naming one is refused with a validation problem that says so,
 // rather than with "unknown field", which would mislead a client that
 // sent back what it read.
-var readOnlyFields = []string{"id", "created_at", "updated_at", "version"}
+var readOnlyFields = []string{"id", "created_at", "updated_at", "version", "paused_by", "paused_reason"}
 
 // decodeStrict decodes body, which must be exactly one JSON object, into
 // dst (a pointer to a struct) the strict way: no unknown fields (each one

@@ -1,7 +1,8 @@
 // Package api is keyhook's REST API: one chi router, built by NewRouter,
 // that manages the whole life of a subscription (create, list, read,
 // replace, patch, delete, pause, resume, seek, test delivery, dead letters
-// and redrive), reports delivery status and the live nodes, and answers
+// and redrive), reports delivery status, the delivery log and the live
+// nodes, and answers
 // health and readiness probes. openapi.yaml, at the repository root, is
 // its contract; spec_test.go fails when the router and the spec disagree.
 //

@@ -19,7 +19,10 @@ import (
 
 	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/control"
+	"github.com/keyhook/keyhook/deliverylog"
+	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/monitor"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/subscription"
@@ -355,6 +358,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 	h, err := NewRouter(Dependencies{
 		Store: store, URLs: refusingChecker{}, Status: e.status, Seeker: e.seeker, Starts: e.starts,
 		DeadLetters: e.dead, Tester: tester, Nodes: reg, Auth: e.tokens, Cleanup: e.clean, Keys: e.keys,
+		DeliveryLog: deliverylog.NewReader(rdb, keyspace.Keyspace{}), Streaks: monitor.Streaks{RDB: rdb},
 	}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -517,4 +521,22 @@ func (f *fakeCleanup) ids() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.scheduled...)
+}
+
+// logDelivery writes one delivery's attempts to the delivery log of e's
+// Redis through a real deliverylog.Writer.
+func logDelivery(t testing.TB, e *env, entries ...deliverylog.Entry) {
+	t.Helper()
+	w, err := deliverylog.NewWriter(e.rdb, deliverylog.WriterConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		w.Log(en)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Run writes what it was handed, then returns
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -407,6 +407,14 @@ func (h *handlers) setPaused(w http.ResponseWriter, r *http.Request, paused bool
 		cur.Paused = paused
 		return nil
 	})
+	if err == nil && !paused && h.deps.Streaks != nil {
+		// A resume starts disable_after from nothing. Failing to clear is
+		// logged, not answered: the subscription is resumed either way,
+		// and a success of its endpoint ends the streak too.
+		if cerr := h.deps.Streaks.Clear(r.Context(), id); cerr != nil {
+			h.log.Error("failing streak not cleared at resume; an automatic pause may follow sooner", "subscription", id, "err", cerr)
+		}
+	}
 	h.answerChange(w, r, id, stored, nil, err)
 }
 

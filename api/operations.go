@@ -45,6 +45,9 @@ func (h *handlers) getStatus(w http.ResponseWriter, r *http.Request) {
 		if st.Partitions == nil {
 			st.Partitions = []subscription.PartitionStatus{}
 		}
+		// Whether deliveries run at all comes first: a paused
+		// subscription's partitions stand still by design.
+		st.Paused, st.PausedBy, st.PausedReason = sub.Paused, sub.PausedBy, sub.PausedReason
 		writeJSON(w, http.StatusOK, st)
 	}
 }

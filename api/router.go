@@ -129,6 +129,12 @@ type Dependencies struct {
 	// Cleanup, when not nil, is scheduled after each DELETE; without it a
 	// deleted subscription's state stays in Redis and Kafka.
 	Cleanup Cleanup
+	// DeliveryLog, when not nil, answers the delivery log's routes;
+	// without it they list nothing and find nothing.
+	DeliveryLog DeliveryLogSource
+	// Streaks, when not nil, has each resume clear the subscription's
+	// failing streak (see subscription.Subscription.DisableAfter).
+	Streaks StreakClearer
 }
 
 func (d Dependencies) validate() error {
@@ -200,6 +206,8 @@ type Config struct {
 //	GET    /v1/subscriptions/{id}/keys                     keys not flowing (?state=&topic=&partition=&limit=)
 //	POST   /v1/subscriptions/{id}/test                     one synthetic delivery
 //	GET    /v1/subscriptions/{id}/dead-letters             dead letters, paged
+//	GET    /v1/subscriptions/{id}/deliveries               delivery log, newest first (?status=failed&limit=&cursor=)
+//	GET    /v1/subscriptions/{id}/deliveries/{delivery_id} one delivery's logged attempts
 //	POST   /v1/subscriptions/{id}/dead-letters/redrive     deliver dead letters again
 //	GET    /v1/nodes                                       live nodes
 //	GET    /v1/token                                       the caller's token: name and scopes
@@ -275,6 +283,8 @@ func NewRouter(deps Dependencies, cfg Config) (http.Handler, error) {
 	write.Post("/v1/subscriptions/{id}/test", h.test)
 	read.Get("/v1/subscriptions/{id}/dead-letters", h.deadLetters)
 	write.Post("/v1/subscriptions/{id}/dead-letters/redrive", h.redrive)
+	read.Get("/v1/subscriptions/{id}/deliveries", h.deliveries)
+	read.Get("/v1/subscriptions/{id}/deliveries/{delivery_id}", h.delivery)
 	read.Get("/v1/nodes", h.nodes)
 	read.Get("/v1/token", h.token)
 	r.Method(http.MethodGet, "/console", con)

@@ -22,6 +22,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/keyhook/keyhook/console"
+	"github.com/keyhook/keyhook/deliverylog"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
@@ -137,6 +138,10 @@ func TestSpecSchemasMatchTheGoTypes(t *testing.T) {
 		{"TestResult", reflect.TypeFor[TestResult](), true, nil},
 		{"DeadLetter", reflect.TypeFor[subscription.DeadLetter](), true, nil},
 		{"DeadLetterPage", reflect.TypeFor[subscription.DeadLetterPage](), true, nil},
+		{"DeliveryAttempt", reflect.TypeFor[deliverylog.Attempt](), true, nil},
+		{"Delivery", reflect.TypeFor[deliverylog.Delivery](), true, nil},
+		{"DeliverySummary", reflect.TypeFor[deliverylog.Summary](), true, nil},
+		{"DeliveryLogPage", reflect.TypeFor[deliverylog.Page](), true, nil},
 		{"RedriveRequest", reflect.TypeFor[redriveRequest](), false, nil},
 		{"RedriveResult", reflect.TypeFor[redriveResponse](), true, nil},
 		{"Ownership", reflect.TypeFor[nodes.Ownership](), true, nil},
@@ -372,6 +377,14 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	c.send(e, req{method: "POST", path: id + "/test", token: e.writer}, 200, true)
 	c.send(e, req{method: "GET", path: id + "/dead-letters?limit=10", token: e.reader}, 200, true)
 	c.send(e, req{method: "POST", path: id + "/dead-letters/redrive", token: e.writer, header: jsonCT, body: `{"all":true}`}, 200, true)
+	logDelivery(t, e,
+		deliverylog.Entry{Subscription: sub.ID, DeliveryID: "dlv_spec", Topic: "orders", Partition: 1, Offset: 7,
+			Attempt: deliverylog.Attempt{Number: 1, Time: now, Status: 503, LatencyMS: 2.5, Result: deliverylog.ResultRetry, Body: "busy",
+				Headers: map[string]string{"Content-Type": "text/plain", "Retry-After": "1s"}}},
+		deliverylog.Entry{Subscription: sub.ID, DeliveryID: "dlv_spec", Topic: "orders", Partition: 1, Offset: 7,
+			Attempt: deliverylog.Attempt{Number: 2, Time: now.Add(time.Second), Status: 200, LatencyMS: 1, Result: deliverylog.ResultDelivered}})
+	c.send(e, req{method: "GET", path: id + "/deliveries?status=failed&limit=10", token: e.reader}, 200, true)
+	c.send(e, req{method: "GET", path: id + "/deliveries/dlv_spec", token: e.reader}, 200, true)
 	c.send(e, req{method: "GET", path: "/v1/nodes", token: e.reader}, 200, true)
 	c.send(e, req{method: "GET", path: "/v1/token", token: e.reader}, 200, true)
 	c.send(e, req{method: "DELETE", path: "/v1/subscriptions/" + victim.ID, token: e.writer}, 204, true)
@@ -390,6 +403,8 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		{method: "POST", path: id + "/test", body: `{"value":`},
 		{method: "GET", path: id + "/dead-letters?limit=0"},
 		{method: "GET", path: id + "/keys?state=stuck"},
+		{method: "GET", path: id + "/deliveries?status=ok"},
+		{method: "GET", path: id + "/deliveries/dlv_spec?limit=1"},
 		{method: "POST", path: id + "/dead-letters/redrive", body: `{}`},
 	} {
 		r.token = e.admin

@@ -19,7 +19,11 @@ import (
 	"github.com/keyhook/keyhook/connect"
 	"github.com/keyhook/keyhook/control"
 	"github.com/keyhook/keyhook/deadletter"
+	"github.com/keyhook/keyhook/deliverylog"
 	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/events"
+	"github.com/keyhook/keyhook/internal/keyspace"
+	"github.com/keyhook/keyhook/monitor"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/schemas"
@@ -68,6 +72,12 @@ type App struct {
 	// The dispatcher role; nil without it.
 	node   *dispatcher.Node
 	sender *webhooks.Client
+	// monitor judges failing streaks and dead-letter windows; events
+	// sends operational events (nil when none are configured); attempts
+	// writes the delivery log (nil when it is off).
+	monitor  *monitor.Monitor
+	events   *events.Emitter
+	attempts *deliverylog.Writer
 
 	// The API role; nil without it.
 	admClient   *kgo.Client
@@ -199,12 +209,21 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if deps.Subscriptions != nil {
 			subs = deps.Subscriptions
 		}
+		if err := a.buildOperations(kafkaOpts, meter); err != nil {
+			return nil, err
+		}
+		var attemptLog dispatcher.AttemptLog
+		if a.attempts != nil {
+			attemptLog = a.attempts
+		}
 		a.node, err = dispatcher.New(dispatcher.Config{
+			AttemptLog:   attemptLog,
 			NodeID:       cfg.NodeID,
 			Brokers:      cfg.Brokers,
 			KafkaOptions: deps.KafkaOptions,
 			Tuning:       cfg.Tuning,
 			Redrives:     a.redrives,
+			Health:       a.monitor,
 			// Deleted subscriptions leave /metrics with their consumers.
 			ForgetSubscription: a.tel.ForgetSubscription,
 			Logger:             log,
@@ -243,7 +262,9 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		}
 		a.closers = append(a.closers, a.deadLetters.Close)
 		// Every API node drains the cleanups of deleted subscriptions.
-		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives}, control.CleanupConfig{Logger: log})
+		deliveryLog := deliverylog.NewReader(a.rdb, keyspace.Keyspace{})
+		streaks := monitor.Streaks{RDB: a.rdb}
+		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives, deliveryLog, streaks}, control.CleanupConfig{Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
@@ -258,6 +279,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		handler, err := api.NewRouter(api.Dependencies{
 			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, Starts: starts, DeadLetters: a.deadLetters,
 			Tester: tester, Nodes: a.registry, Auth: a.tokens, Cleanup: a.cleaner, Keys: control.NewKeyReader(adm, a.tracker),
+			DeliveryLog: deliveryLog, Streaks: streaks,
 		}, api.Config{
 			Logger:         log,
 			Metrics:        a.tel.Metrics,
@@ -282,6 +304,59 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		a.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: cfg.APIIdleTimeout}
 	}
 	return a, nil
+}
+
+// buildOperations builds what a dispatcher node tells its operator:
+// the events emitter (when a URL or topic is set), the monitor of
+// failing streaks and dead letters, and the delivery log's writer (when
+// it is on).
+func (a *App) buildOperations(kafkaOpts []kgo.Opt, meter metric.MeterProvider) error {
+	cfg := a.cfg
+	ev := cfg.Events
+	if ev.URL != "" || ev.Topic != "" {
+		ecfg := events.Config{NodeID: cfg.NodeID, URL: ev.URL, Secret: ev.Secret, Topic: ev.Topic, Logger: cfg.Logger, MeterProvider: meter}
+		if ev.Topic != "" {
+			cl, err := kgo.NewClient(kafkaOpts...)
+			if err != nil {
+				return fmt.Errorf("app: events producer: %w", err)
+			}
+			a.closers = append(a.closers, cl.Close)
+			ecfg.Producer = cl
+		}
+		var err error
+		if a.events, err = events.NewEmitter(ecfg); err != nil {
+			var fe *events.FieldError
+			if errors.As(err, &fe) {
+				return &FieldError{Field: "Events." + fe.Field, Err: fe.Err}
+			}
+			return fmt.Errorf("app: %w", err)
+		}
+	}
+	var emit monitor.Emitter
+	if a.events != nil {
+		emit = a.events
+	}
+	var err error
+	a.monitor, err = monitor.New(a.rdb, a.subs, emit, monitor.Config{
+		DeadLetterThreshold: ev.DeadLetterThreshold, DeadLetterWindow: ev.DeadLetterWindow,
+		Now: cfg.AutoPauseClock, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("app: %w", err)
+	}
+	if cfg.DeliveryLog.Enabled {
+		a.attempts, err = deliverylog.NewWriter(a.rdb, deliverylog.WriterConfig{
+			TTL: cfg.DeliveryLog.TTL, MaxDeliveries: cfg.DeliveryLog.MaxDeliveries, Logger: cfg.Logger, MeterProvider: meter,
+		})
+		if err != nil {
+			var fe *deliverylog.FieldError
+			if errors.As(err, &fe) {
+				return &FieldError{Field: "DeliveryLog." + fe.Field, Err: fe.Err}
+			}
+			return fmt.Errorf("app: %w", err)
+		}
+	}
+	return nil
 }
 
 // configTopicTimeout bounds the creation of the config topic at Build.

@@ -105,6 +105,16 @@ type Config struct {
 	// RequestTimeout bounds the API's test deliveries too.
 	dispatcher.Tuning
 
+	// Events says where operational events go (see package events).
+	Events EventsConfig
+	// DeliveryLog keeps each delivery's attempts (see package
+	// deliverylog). Only with RoleDispatcher; every API node reads it.
+	DeliveryLog DeliveryLogConfig
+	// AutoPauseClock is the clock a failing streak is judged by against a
+	// subscription's disable_after. Default time.Now; tests move it
+	// forward instead of waiting.
+	AutoPauseClock func() time.Time
+
 	// ConfigTopic is the compacted Kafka topic that records every
 	// subscription and token change, from which Redis is rebuilt; Build
 	// creates it when missing. Default "_keyhook_config".
@@ -126,6 +136,36 @@ type Config struct {
 	TelemetryFlushTimeout time.Duration
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// EventsConfig says where a node sends its operational events: to URL,
+// signed with Secret, and/or to Topic. Both empty: none are sent.
+type EventsConfig struct {
+	// URL receives each event as a signed POST (Standard Webhooks).
+	URL string
+	// Secret signs them ("whsec_" and base64); required with URL.
+	Secret string
+	// Topic receives each event as a record.
+	Topic string
+	// DeadLetterThreshold, when positive, sends
+	// deadletters.threshold_exceeded once a subscription's dead letters,
+	// over every node, reach it within DeadLetterWindow. Default 0: off.
+	DeadLetterThreshold int64
+	// DeadLetterWindow is the length of those windows. Default 5m.
+	DeadLetterWindow time.Duration
+}
+
+// DeliveryLogConfig turns the delivery log on and bounds it.
+type DeliveryLogConfig struct {
+	// Enabled writes each attempt of a record's delivery to the log.
+	// Default off.
+	Enabled bool
+	// TTL is how long a delivery is kept after its latest attempt.
+	// Default 24h.
+	TTL time.Duration
+	// MaxDeliveries caps the deliveries kept per subscription. Default
+	// 10000.
+	MaxDeliveries int
 }
 
 // FieldError is a Config field with a value the node cannot run with.
@@ -185,6 +225,18 @@ func (c Config) Validate() error {
 	}
 	if c.MaxIdleConnsPerHost < 0 {
 		return fieldError("MaxIdleConnsPerHost", "is %d, must not be negative", c.MaxIdleConnsPerHost)
+	}
+	switch {
+	case c.Events.URL != "" && c.Events.Secret == "":
+		return fieldError("Events.Secret", "is required with Events.URL: events are signed")
+	case c.Events.DeadLetterThreshold < 0:
+		return fieldError("Events.DeadLetterThreshold", "is %d, must be 0 (off) or more", c.Events.DeadLetterThreshold)
+	case c.Events.DeadLetterWindow < 0:
+		return fieldError("Events.DeadLetterWindow", "is %v, must not be negative", c.Events.DeadLetterWindow)
+	case c.DeliveryLog.TTL < 0 || c.DeliveryLog.TTL > 0 && c.DeliveryLog.TTL < time.Second:
+		return fieldError("DeliveryLog.TTL", "is %v, must be 0 (the default) or at least 1s", c.DeliveryLog.TTL)
+	case c.DeliveryLog.MaxDeliveries < 0:
+		return fieldError("DeliveryLog.MaxDeliveries", "is %d, must be 0 (the default) or more", c.DeliveryLog.MaxDeliveries)
 	}
 	if err := (configlog.Config{Topic: c.ConfigTopic}).Validate(); err != nil {
 		return &FieldError{Field: "ConfigTopic", Err: err}

@@ -53,11 +53,14 @@ func (t *task) stop() error {
 //  2. the dispatcher stops fetching, drains in-flight deliveries
 //     (Config.DrainTimeout per partition), flushes acks to Redis, commits
 //     the watermarks and leaves its consumer groups;
-//  3. the config log's restorer stops, once nothing of this node
+//  3. the monitor of failing streaks writes what it saw last, the
+//     delivery log's writer writes what is left in its buffer, and the
+//     events emitter stops (events still queued are dropped and counted);
+//  4. the config log's restorer stops, once nothing of this node
 //     changes a subscription any more;
-//  4. the registry removes this node's entry, so it stops being listed
+//  5. the registry removes this node's entry, so it stops being listed
 //     only once it owns nothing;
-//  5. the admin and Kafka clients close and pending spans are flushed
+//  6. the admin and Kafka clients close and pending spans are flushed
 //     (Config.TelemetryFlushTimeout).
 //
 // The caller's Redis client and Kafka options are still in use until Run
@@ -71,9 +74,16 @@ func (a *App) Run(ctx context.Context) error {
 
 	// Start order is the reverse: the registry starts last, once
 	// everything it announces runs.
-	var runNode, serveAPI, clean func(context.Context) error
+	var runNode, serveAPI, clean, runMonitor, runEvents, runLog func(context.Context) error
 	if a.node != nil {
 		runNode = a.node.Run
+		runMonitor = a.monitor.Run
+	}
+	if a.events != nil {
+		runEvents = a.events.Run
+	}
+	if a.attempts != nil {
+		runLog = a.attempts.Run
 	}
 	if a.srv != nil {
 		serveAPI = a.serveAPI
@@ -84,6 +94,11 @@ func (a *App) Run(ctx context.Context) error {
 	// a Redis that lost subscriptions or tokens is rebuilt within
 	// Config.ConfigRestoreInterval by whichever node looks first.
 	restorer := start(func(ctx context.Context) error { return a.cfgLog.Run(ctx, a.subs, a.tokens) }, fail)
+	// What the dispatcher tells its operator runs before it and stops
+	// after it, so the last attempts are written and their events sent.
+	emitter := start(runEvents, fail)
+	attemptLog := start(runLog, fail)
+	mon := start(runMonitor, fail)
 	node := start(runNode, fail)
 	apiTask := start(serveAPI, fail)
 	cleaner := start(clean, fail)
@@ -92,7 +107,7 @@ func (a *App) Run(ctx context.Context) error {
 		"api", a.cfg.Roles.Has(RoleAPI), "dispatcher", a.cfg.Roles.Has(RoleDispatcher))
 
 	<-ctx.Done()
-	errs := []error{apiTask.stop(), cleaner.stop(), node.stop(), restorer.stop(), registry.stop()}
+	errs := []error{apiTask.stop(), cleaner.stop(), node.stop(), mon.stop(), attemptLog.stop(), emitter.stop(), restorer.stop(), registry.stop()}
 	log.Info("keyhook node stopped", "node", a.cfg.NodeID)
 	if parent.Err() == nil {
 		// A component failed: its error is why the node stopped.

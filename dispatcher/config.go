@@ -122,6 +122,13 @@ type Config struct {
 	// value_format or key_format is avro, protobuf or json_schema wait,
 	// unacked, for a node that has one.
 	Schemas recordexpr.SchemaDecoders
+	// Health, when not nil, is told each attempt's outcome of the
+	// subscriptions that set disable_after, and each dead letter
+	// (monitor.Monitor: automatic pause, the dead-letter threshold).
+	Health Health
+	// AttemptLog, when not nil, keeps each attempt of a record's delivery
+	// (deliverylog.Writer); batch requests and redrives are not kept.
+	AttemptLog AttemptLog
 	// ForgetSubscription, when not nil, is called once the group of a
 	// deleted subscription stopped on this node, so that the node's
 	// metrics drop its series (telemetry.Providers.ForgetSubscription).

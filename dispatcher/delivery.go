@@ -233,6 +233,7 @@ func (f *flight) step() (time.Duration, bool) {
 			return 0, f.done(false)
 		}
 		g.deadLettered.Add(1)
+		g.noteDeadLetter()
 		g.tel.deadLetters.Add(f.ctx, 1, g.opts.subAdd...)
 		g.endDelivery(f.ctx, f.span, f.rec, outcomeDeadLettered, res)
 		return 0, f.done(true)
@@ -260,6 +261,9 @@ func (f *flight) attempt() (wait time.Duration, more, ok bool) {
 	}
 	wait, more = f.rt.Record(a)
 	f.last = f.rt.Result()
+	// Numbered over the rounds of a key blocked with dead-lettering off.
+	a.Number += f.before
+	g.noteAttempt(f.rec, f.id, a, more)
 	if more {
 		// Only a record that waits is worth a note: one answered goes.
 		f.note(f.last, wait, more)
@@ -336,9 +340,12 @@ func (g *group) newBatchFlight(w *worker, recs []*record) *batchFlight {
 		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
 	b := &batchFlight{g: g, w: w, recs: recs, ctx: ctx, span: span}
 	b.br = webhooks.NewBatchRetries(&webhooks.BatchDelivery{
-		Messages:    batchMessages(g.sub, recs),
-		Render:      g.ep.RenderBatch,
-		OnAttempt:   func(a webhooks.Attempt) { g.observeAttempt(ctx, span, a) },
+		Messages: batchMessages(g.sub, recs),
+		Render:   g.ep.RenderBatch,
+		OnAttempt: func(a webhooks.Attempt) {
+			g.observeAttempt(ctx, span, a)
+			g.noteAttempt(nil, "", a, false)
+		},
 		OnDelivered: func(i int) { g.ackBatched(ctx, w, recs[i]) },
 	}, g.ep.Policy(), nil)
 	return b

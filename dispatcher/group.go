@@ -50,6 +50,9 @@ type group struct {
 	ep *delivery.Endpoint
 	// dlw writes the records that failed for good.
 	dlw deadLetterWriter
+	// watchHealth is set when the node has a Health monitor and the
+	// subscription sets disable_after: its attempts are told.
+	watchHealth bool
 	// Metric attribute sets, built once so the hot path allocates none.
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set
@@ -117,6 +120,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	g.ep = delivery.New(s, n.cfg.Retry, recordexpr.WithSchemas(n.cfg.Schemas))
+	g.watchHealth = n.cfg.Health != nil && s.DisableAfterDuration() > 0
 	dlw, err := g.newDeadLetterWriter()
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)

@@ -105,9 +105,41 @@ type Subscription struct {
 	// Paused stops deliveries on every node (the consumer group is left
 	// after a graceful drain) until the subscription is resumed.
 	Paused bool `json:"paused"`
+	// PausedBy says who paused it: PausedByAuto when a node did, because
+	// its endpoint failed for DisableAfter; empty for an operator's pause.
+	// PausedReason says why in words. Both are set by the server only,
+	// kept while the subscription stays paused, and cleared by a resume.
+	PausedBy     string `json:"paused_by,omitempty"`
+	PausedReason string `json:"paused_reason,omitempty"`
+	// DisableAfter, a Go duration such as "24h", pauses the subscription
+	// once its endpoint has failed for that long without a success in
+	// between, on any node (see DisableAfterDuration). Empty or "0" is
+	// off, the default.
+	DisableAfter string `json:"disable_after,omitempty"`
 	// Version increases with every change; nodes restart the
 	// subscription's consumer when it changes.
 	Version int64 `json:"version"`
+}
+
+// PausedByAuto is PausedBy of a subscription a node paused because its
+// endpoint kept failing for DisableAfter.
+const PausedByAuto = "auto"
+
+// MinDisableAfter is the shortest DisableAfter: a shorter one would pause
+// a subscription for an endpoint's restart.
+const MinDisableAfter = time.Minute
+
+// DisableAfterDuration is DisableAfter as a duration, 0 when off or not
+// valid (Validate reports it).
+func (s *Subscription) DisableAfterDuration() time.Duration {
+	if s.DisableAfter == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s.DisableAfter)
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }
 
 // Shares reports whether the subscription's partitions may be shared by
@@ -151,8 +183,13 @@ func (s *Subscription) DeadLetterTopicFor(topic string) string {
 
 // Status is the delivery state of a subscription, per partition.
 type Status struct {
-	SubscriptionID string            `json:"subscription_id"`
-	Partitions     []PartitionStatus `json:"partitions"`
+	SubscriptionID string `json:"subscription_id"`
+	// Paused, PausedBy and PausedReason are the subscription's: whether
+	// its deliveries are stopped, by whom ("auto") and why.
+	Paused       bool              `json:"paused"`
+	PausedBy     string            `json:"paused_by,omitempty"`
+	PausedReason string            `json:"paused_reason,omitempty"`
+	Partitions   []PartitionStatus `json:"partitions"`
 }
 
 // PartitionStatus joins what Kafka knows (commit, log end) with what the

@@ -73,6 +73,7 @@ func (s *Store) Update(ctx context.Context, id string, expectedVersion int64, fn
 			return nil, err
 		}
 		next.ID, next.CreatedAt, next.UpdatedAt, next.Version = cur.ID, cur.CreatedAt, cur.UpdatedAt, cur.Version
+		keepPauseReason(cur, next)
 		next.Normalize()
 		if errs := next.Validate(); len(errs) > 0 {
 			return nil, &ValidationError{Errors: errs}
@@ -222,4 +223,16 @@ func sameJSON(a, b *Subscription) (bool, error) {
 		return false, err
 	}
 	return bytes.Equal(ja, jb), nil
+}
+
+// keepPauseReason carries who paused a subscription, and why, over a
+// change that keeps it paused without saying so itself (a PATCH or PUT,
+// where the fields are read-only), and drops both once it is resumed.
+func keepPauseReason(cur, next *Subscription) {
+	switch {
+	case !next.Paused:
+		next.PausedBy, next.PausedReason = "", ""
+	case next.PausedBy == "" && next.PausedReason == "" && cur.Paused:
+		next.PausedBy, next.PausedReason = cur.PausedBy, cur.PausedReason
+	}
 }

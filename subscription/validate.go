@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -118,6 +119,10 @@ func (s *Subscription) Validate() []FieldError {
 		add("endpoint.timeout_ms", fmt.Sprintf("must be between 0 (node default) and %d", MaxTimeoutMS))
 	}
 
+	if msg := disableAfterProblem(s.DisableAfter); msg != "" {
+		add("disable_after", msg)
+	}
+
 	switch s.Ordering {
 	case OrderKey, OrderPartition, OrderNone:
 	default:
@@ -207,6 +212,24 @@ func (s *Subscription) ValidateAgainst(others []*Subscription) []FieldError {
 		}
 	}
 	return errs
+}
+
+// disableAfterProblem says what is wrong with a disable_after, "" when
+// nothing is.
+func disableAfterProblem(v string) string {
+	if v == "" {
+		return ""
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("must be a duration such as \"24h\" or \"90m\" (units h, m, s), not %q", v)
+	case d == 0:
+		return ""
+	case d < MinDisableAfter:
+		return fmt.Sprintf("must be 0 (off) or at least %v", MinDisableAfter)
+	}
+	return ""
 }
 
 func explicitDeadLetterTopic(dlt string) bool { return dlt != "" && dlt != DeadLetterNone }

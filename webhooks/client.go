@@ -555,6 +555,9 @@ type Attempt struct {
 	Body []byte
 	// BodyTruncated reports that the response body was longer than Body.
 	BodyTruncated bool
+	// ContentType is the response's Content-Type (at most 128 bytes), ""
+	// for none; with RetryAfter, the headers the delivery log keeps.
+	ContentType string
 }
 
 // Send performs one attempt of r, numbered attempt. It sets the headers
@@ -680,10 +683,11 @@ func (c *Client) transport(ctx context.Context, cl *call) {
 // answer is what a transport brought back, before settle makes it the
 // attempt's outcome.
 type answer struct {
-	status     int
-	retryAfter string
-	body       []byte
-	truncated  bool
+	status      int
+	retryAfter  string
+	contentType string
+	body        []byte
+	truncated   bool
 	// err says why no answer came back; it is the transport's own, which
 	// settle classifies, unless refused.
 	err error
@@ -726,7 +730,10 @@ func (c *Client) postNetHTTP(ctx context.Context, deadline time.Time, cl *call, 
 		return answer{err: err}
 	}
 	defer resp.Body.Close()
-	ans := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	ans := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), contentType: resp.Header.Get("Content-Type")}
+	if len(ans.contentType) > 128 {
+		ans.contentType = ans.contentType[:128]
+	}
 	if resp.ContentLength == 0 {
 		return ans // nothing to keep or drain (a 204, most often)
 	}
@@ -760,7 +767,7 @@ func (c *Client) postHTTP1(ctx context.Context, deadline time.Time, cl *call) an
 	if err != nil {
 		return answer{err: err}
 	}
-	return answer{status: resp.Status, retryAfter: resp.RetryAfter, body: resp.Body, truncated: resp.Truncated}
+	return answer{status: resp.Status, retryAfter: resp.RetryAfter, contentType: resp.ContentType, body: resp.Body, truncated: resp.Truncated}
 }
 
 // settle is the one place that turns what either transport brought back
@@ -788,7 +795,7 @@ func (c *Client) settle(ctx context.Context, a *Attempt, r *Request, deadline ti
 	if ans.retryAfter != "" {
 		a.RetryAfter = ParseRetryAfter(ans.retryAfter, c.clock.Now())
 	}
-	a.Body, a.BodyTruncated = ans.body, ans.truncated
+	a.Body, a.BodyTruncated, a.ContentType = ans.body, ans.truncated, ans.contentType
 }
 
 // describeError classifies a transport's error for settle.

@@ -31,6 +31,10 @@ Commands:
   status ID             delivery status per partition
   keys ID               keys not flowing (--state retrying,in_flight,parked;
                         --limit, default 100)
+  deliveries ID [DELIVERY_ID]
+                        the delivery log: recent deliveries (--failed for
+                        those with a failed attempt; --limit, default 20),
+                        or one delivery's attempts
 
 Every command takes --api-url (KEYHOOK_API_URL, default http://127.0.0.1:8080),
 --token (KEYHOOK_TOKEN) and -o table|json.
@@ -154,6 +158,8 @@ func subscriptionsCmd(ctx context.Context, args []string, getenv func(string) st
 			return err
 		}
 		return listKeys(ctx, c, cmd, id, *state, *limit, stdout)
+	case "deliveries":
+		return deliveriesCmd(ctx, fs, &cf, cmd, args, stdout)
 	case "status":
 		c, id, err := parseClient(fs, &cf, cmd, args, 1)
 		if err != nil {
@@ -169,6 +175,12 @@ func subscriptionsCmd(ctx context.Context, args []string, getenv func(string) st
 		var st subscription.Status
 		if err := json.Unmarshal(data, &st); err != nil {
 			return fmt.Errorf("keyhook %s: %w", cmd, err)
+		}
+		switch {
+		case st.PausedReason != "":
+			fmt.Fprintf(stdout, "paused by %s: %s\n\n", st.PausedBy, st.PausedReason)
+		case st.Paused:
+			fmt.Fprint(stdout, "paused\n\n")
 		}
 		tw := newTable(stdout)
 		fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tLOG END\tLAG\tWATERMARK\tPENDING\tIN FLIGHT\tBUSY KEYS\tOLDEST PENDING\tOWNER")
@@ -291,6 +303,12 @@ func showSubscription(c *apiClient, data []byte, stdout io.Writer) error {
 	}
 	row("DEAD LETTERS", dlt)
 	row("STATE", state(&s))
+	if s.PausedReason != "" {
+		row("PAUSED", s.PausedBy+": "+s.PausedReason)
+	}
+	if s.DisableAfter != "" {
+		row("DISABLE AFTER", s.DisableAfter)
+	}
 	row("VERSION", strconv.FormatInt(s.Version, 10))
 	row("CREATED", s.CreatedAt.Format(time.RFC3339))
 	row("UPDATED", s.UpdatedAt.Format(time.RFC3339))
@@ -305,6 +323,9 @@ func showSubscription(c *apiClient, data []byte, stdout io.Writer) error {
 }
 
 func state(s *subscription.Subscription) string {
+	if s.Paused && s.PausedBy != "" {
+		return "paused (" + s.PausedBy + ")"
+	}
 	if s.Paused {
 		return "paused"
 	}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/keyhook/keyhook/api"
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/deliverylog"
+	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/subscription"
@@ -114,6 +116,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	h, err := api.NewRouter(api.Dependencies{
 		Store: subs, URLs: webhooks.AddressPolicy{AllowPrivate: true}, Status: cliStatus{},
 		Seeker: admin, Starts: admin, DeadLetters: admin, Tester: tester, Nodes: reg, Auth: tokens, Keys: cliStatus{},
+		DeliveryLog: deliverylog.NewReader(rdb, keyspace.Keyspace{}),
 	}, api.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -7,13 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/connect"
+	"github.com/keyhook/keyhook/deliverylog"
 	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/monitor"
+	"github.com/keyhook/keyhook/webhooks"
 )
 
 // config is the one configuration of a keyhook node; every field is set
@@ -154,6 +158,56 @@ func (c *config) knobs() []knob {
 			bind: stringFlag(&n.MetricsToken, "")},
 		{name: "metrics-public", usage: "serve /metrics without a token (off: it needs a token with the metrics scope, as it names endpoint origins)",
 			bind: boolFlag(&n.MetricsPublic)},
+		{name: "events-url", field: "Events.URL", usage: "operator endpoint that receives operational events (auto-pause, breaker, dead-letter threshold) as signed POSTs; empty sends none",
+			bind: stringFlag(&n.Events.URL, ""), check: func() string {
+				if n.Events.URL == "" {
+					return ""
+				}
+				if u, err := url.Parse(n.Events.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return "must be an absolute http or https URL"
+				}
+				return ""
+			}},
+		{name: "events-secret", field: "Events.Secret", usage: "Standard Webhooks secret (whsec_...) the events sent to --events-url are signed with (prefer KEYHOOK_EVENTS_SECRET)",
+			bind: stringFlag(&n.Events.Secret, ""), check: func() string {
+				switch {
+				case n.Events.Secret == "" && n.Events.URL != "":
+					return "is required with --events-url: events are signed"
+				case n.Events.Secret == "":
+					return ""
+				}
+				if _, err := webhooks.ParseSecret(n.Events.Secret); err != nil {
+					return err.Error()
+				}
+				return ""
+			}},
+		{name: "events-topic", field: "Events.Topic", usage: "Kafka topic that receives operational events as records; empty writes none",
+			bind: stringFlag(&n.Events.Topic, "")},
+		{name: "events-dead-letter-threshold", field: "Events.DeadLetterThreshold", usage: "send deadletters.threshold_exceeded when a subscription's dead letters, over every node, reach this many within --events-dead-letter-window; 0 is off",
+			bind: int64Flag(&n.Events.DeadLetterThreshold, 0), check: func() string {
+				if n.Events.DeadLetterThreshold < 0 {
+					return fmt.Sprintf("is %d, must be 0 (off) or more", n.Events.DeadLetterThreshold)
+				}
+				return ""
+			}},
+		{name: "events-dead-letter-window", field: "Events.DeadLetterWindow", usage: "the window of --events-dead-letter-threshold, aligned on the clock",
+			bind: durationFlag(&n.Events.DeadLetterWindow, monitor.DefaultDeadLetterWindow), check: positive(&n.Events.DeadLetterWindow)},
+		{name: "delivery-log", usage: "keep each delivery's attempts (status, latency, response excerpt, error) in Redis, for GET /v1/subscriptions/{id}/deliveries",
+			bind: boolFlag(&n.DeliveryLog.Enabled)},
+		{name: "delivery-log-ttl", field: "DeliveryLog.TTL", usage: "how long the delivery log keeps a delivery after its latest attempt",
+			bind: durationFlag(&n.DeliveryLog.TTL, deliverylog.DefaultTTL), check: func() string {
+				if n.DeliveryLog.TTL < time.Second {
+					return fmt.Sprintf("is %v, must be at least 1s", n.DeliveryLog.TTL)
+				}
+				return ""
+			}},
+		{name: "delivery-log-max", field: "DeliveryLog.MaxDeliveries", usage: "most deliveries the delivery log keeps per subscription; the oldest go first",
+			bind: intFlag(&n.DeliveryLog.MaxDeliveries, deliverylog.DefaultMaxDeliveries), check: func() string {
+				if n.DeliveryLog.MaxDeliveries < 1 {
+					return fmt.Sprintf("is %d, must be positive", n.DeliveryLog.MaxDeliveries)
+				}
+				return ""
+			}},
 	}
 }
 

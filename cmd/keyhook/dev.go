@@ -76,6 +76,8 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 
 	c.node.Brokers = cluster.ListenAddrs()
 	c.node.AllowPrivateEndpoints = true // the demo endpoint is on loopback
+	// A dev node shows what it delivered: GET .../deliveries answers.
+	c.node.DeliveryLog.Enabled = true
 	// --traces-exporter console prints spans next to the summary.
 	c.node.Console = stdout
 	log := c.logger(stderr)

@@ -113,6 +113,65 @@ func (k Keyspace) RedriveIndex(subscription string) string {
 	return k.prefix() + ":redrive:{" + subscription + "}"
 }
 
+// Endpoint health (package monitor).
+
+// FailingStreak is the HASH of one subscription's failing streak, shared
+// by every node: "since" is the first failure (Unix milliseconds) after
+// the last success, absent when the endpoint is not failing; "ok" is the
+// last success, or the last resume, that ended a streak:
+//
+//	<prefix>:streak:{<subscription>}
+func (k Keyspace) FailingStreak(subscription string) string {
+	return k.prefix() + ":streak:{" + subscription + "}"
+}
+
+// DeadLetterWindow is the counter (a STRING, with a TTL) of the dead
+// letters one subscription wrote in the window that starts at start (Unix
+// seconds), summed over every node:
+//
+//	<prefix>:dlwindow:{<subscription>}:<start>
+func (k Keyspace) DeadLetterWindow(subscription string, start int64) string {
+	return k.prefix() + ":dlwindow:{" + subscription + "}:" + strconv.FormatInt(start, 10)
+}
+
+// Delivery log (package deliverylog).
+
+// DeliveryAttempts is the LIST of one delivery's attempts, oldest first,
+// each a JSON object, expiring with the log's retention:
+//
+//	<prefix>:dlog:{<subscription>}:<delivery id>
+//
+// It shares its tag with DeliveryRecent and DeliveryFailed, so that the
+// script that writes a subscription's batch and evicts its oldest
+// deliveries runs on one slot.
+func (k Keyspace) DeliveryAttempts(subscription, deliveryID string) string {
+	return k.DeliveryAttemptsPrefix(subscription) + deliveryID
+}
+
+// DeliveryAttemptsPrefix is DeliveryAttempts without the delivery id, for
+// the script that builds the names of the deliveries it evicts.
+func (k Keyspace) DeliveryAttemptsPrefix(subscription string) string {
+	return k.prefix() + ":dlog:{" + subscription + "}:"
+}
+
+// DeliveryRecent is the ZSET of one subscription's logged deliveries,
+// scored by their latest attempt (Unix milliseconds); its size is the
+// log's cap per subscription:
+//
+//	<prefix>:dlog:{<subscription>}
+func (k Keyspace) DeliveryRecent(subscription string) string {
+	return k.prefix() + ":dlog:{" + subscription + "}"
+}
+
+// DeliveryFailed is the ZSET of the logged deliveries of one subscription
+// with a failed attempt, scored by their latest failure (Unix
+// milliseconds), a subset of DeliveryRecent:
+//
+//	<prefix>:dlogfailed:{<subscription>}
+func (k Keyspace) DeliveryFailed(subscription string) string {
+	return k.prefix() + ":dlogfailed:{" + subscription + "}"
+}
+
 // Cleanups (package control).
 
 // Cleanups is the ZSET of deleted subscriptions whose state (tracking,

@@ -32,6 +32,11 @@ func TestKeysKeepTheirNames(t *testing.T) {
 		{"redrive queue", Keyspace{}, func(k Keyspace) string { return k.RedriveQueue("sub-1", "orders", 3) }, "keyhook:redrive:{sub-1}:orders:3"},
 		{"redrive index", Keyspace{}, func(k Keyspace) string { return k.RedriveIndex("sub-1") }, "keyhook:redrive:{sub-1}"},
 		{"cleanups", Keyspace{Prefix: "kh"}, Keyspace.Cleanups, "kh:cleanups"},
+		{"failing streak", Keyspace{}, func(k Keyspace) string { return k.FailingStreak("sub-1") }, "keyhook:streak:{sub-1}"},
+		{"dead-letter window", Keyspace{}, func(k Keyspace) string { return k.DeadLetterWindow("sub-1", 1700000000) }, "keyhook:dlwindow:{sub-1}:1700000000"},
+		{"delivery attempts", Keyspace{}, func(k Keyspace) string { return k.DeliveryAttempts("sub-1", "dlv_ab") }, "keyhook:dlog:{sub-1}:dlv_ab"},
+		{"delivery recent", Keyspace{}, func(k Keyspace) string { return k.DeliveryRecent("sub-1") }, "keyhook:dlog:{sub-1}"},
+		{"delivery failed", Keyspace{}, func(k Keyspace) string { return k.DeliveryFailed("sub-1") }, "keyhook:dlogfailed:{sub-1}"},
 		{"nodes", Keyspace{}, Keyspace.Nodes, "keyhook:nodes"},
 		{"nodes, custom prefix", Keyspace{Prefix: "kh:test"}, Keyspace.Nodes, "kh:test:nodes"},
 	} {
@@ -57,6 +62,7 @@ func TestKeysTouchedTogetherShareASlot(t *testing.T) {
 		{k.Subscriptions(), k.Idempotency("ops", "k1"), k.Idempotency("ci", "k2"), k.SubscriptionDeleted("sub_x")},
 		{k.Tokens(), k.TokenNames(), k.TokenLastUsed()},
 		{k.RedriveIndex("s"), k.RedriveQueue("s", "t", 0), k.RedriveQueue("s", "u", 7)},
+		{k.DeliveryRecent("s"), k.DeliveryFailed("s"), k.DeliveryAttempts("s", "dlv_1"), k.DeliveryAttemptsPrefix("s") + "dlv_2"},
 	} {
 		for _, key := range group[1:] {
 			if tag(key) != tag(group[0]) {

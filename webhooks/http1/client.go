@@ -155,6 +155,9 @@ type Response struct {
 	Status int
 	// RetryAfter is the first Retry-After header's value, trimmed.
 	RetryAfter string
+	// ContentType is the first Content-Type header's value, trimmed, at
+	// most 128 bytes.
+	ContentType string
 	// Body holds the first MaxBody bytes of the response body; read
 	// errors after the headers are not reported, since the status already
 	// says what the endpoint decided.
@@ -448,7 +451,7 @@ func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, c
 	}
 	if h, ok := parseFastHead(cn.br); ok {
 		_, _ = cn.br.Discard(h.size) // buffered: cannot fail
-		resp = Response{Status: h.status, RetryAfter: h.retryAfter}
+		resp = Response{Status: h.status, RetryAfter: h.retryAfter, ContentType: h.contentType}
 		keep = !h.close
 		if h.length > 0 {
 			cn.limit = noLimit
@@ -465,7 +468,7 @@ func (cn *conn) roundTrip(ctx context.Context, deadline time.Time, r *Request, c
 		return Response{}, false, err
 	}
 	cn.limit = noLimit
-	resp = Response{Status: hr.StatusCode, RetryAfter: hr.Header.Get("Retry-After")}
+	resp = Response{Status: hr.StatusCode, RetryAfter: hr.Header.Get("Retry-After"), ContentType: cutContentType(hr.Header.Get("Content-Type"))}
 	keep = !hr.Close
 	if hr.StatusCode == http.StatusSwitchingProtocols {
 		return resp, false, nil // the connection speaks something else now
@@ -643,4 +646,12 @@ func trimSpace(s string) string {
 func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// cutContentType bounds a Content-Type read by net/http's reader.
+func cutContentType(v string) string {
+	if len(v) > maxContentType {
+		return v[:maxContentType]
+	}
+	return v
 }

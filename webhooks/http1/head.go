@@ -14,8 +14,9 @@ type head struct {
 	// length is the body's Content-Length; 0 for a 204 or 304.
 	length int64
 	// close reports that the endpoint closes the connection after it.
-	close      bool
-	retryAfter string
+	close       bool
+	retryAfter  string
+	contentType string
 	// size is the bytes of the status line and headers.
 	size int
 }
@@ -90,6 +91,10 @@ func parseFastHead(br *bufio.Reader) (h head, ok bool) {
 			if h.retryAfter == "" {
 				h.retryAfter = string(value)
 			}
+		case asciiEqualFold(name, "content-type"):
+			if h.contentType == "" {
+				h.contentType = internContentType(value)
+			}
 		}
 	}
 	if h.status == 204 || h.status == 304 {
@@ -140,4 +145,28 @@ func asciiEqualFold(b []byte, lower string) bool {
 		}
 	}
 	return true
+}
+
+// commonContentTypes are answered without an allocation: every answer
+// with a body names one, and the delivery log keeps it.
+var commonContentTypes = []string{
+	"application/json", "application/json; charset=utf-8", "text/plain", "text/plain; charset=utf-8",
+	"text/html", "text/html; charset=utf-8", "application/problem+json", "application/xml",
+}
+
+// maxContentType bounds a Content-Type kept.
+const maxContentType = 128
+
+// internContentType is value as a string, one of commonContentTypes when
+// it is one, cut to maxContentType bytes.
+func internContentType(value []byte) string {
+	for _, c := range commonContentTypes {
+		if string(value) == c {
+			return c
+		}
+	}
+	if len(value) > maxContentType {
+		value = value[:maxContentType]
+	}
+	return string(value)
 }

@@ -72,6 +72,11 @@ type Node struct {
 	// group, one goroutine each for the node.
 	loops *loops
 
+	// readersMu guards readers: the shared read of each topic set
+	// (SharedRead), started by its first cursor, stopped by its last.
+	readersMu sync.Mutex
+	readers   map[string]*reader
+
 	mu      sync.Mutex
 	runners map[string]*runner
 	// missing is since when each running subscription has been missing
@@ -106,6 +111,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		log:     cfg.Logger.With("node", cfg.NodeID),
 		runners: make(map[string]*runner),
 		missing: make(map[string]time.Time),
+		readers: make(map[string]*reader),
 		budget:  budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
@@ -116,6 +122,44 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	}
 	n.tel = tel
 	return n, nil
+}
+
+// joinReader makes g a cursor of the reader of its topics, starting the
+// reader when g is its first.
+func (n *Node) joinReader(ctx context.Context, g *group) error {
+	n.readersMu.Lock()
+	defer n.readersMu.Unlock()
+	key := topicSetKey(g.sub.Topics)
+	if r := n.readers[key]; r != nil {
+		g.rd, g.live = r, r.live
+		r.attach(ctx, g)
+		return nil
+	}
+	r, err := newReader(n, g.sub.Topics, g)
+	if err != nil {
+		g.rd = nil
+		return err
+	}
+	n.readers[key] = r
+	r.start()
+	return nil
+}
+
+// leaveReader takes g off its reader, and stops the reader when g was its
+// last cursor.
+func (n *Node) leaveReader(g *group) {
+	n.readersMu.Lock()
+	defer n.readersMu.Unlock()
+	key := topicSetKey(g.sub.Topics)
+	r := n.readers[key]
+	if r == nil {
+		return
+	}
+	r.detach(g)
+	if r.empty() {
+		delete(n.readers, key)
+		r.stop()
+	}
 }
 
 // groups returns the running groups.

@@ -190,8 +190,8 @@ type published struct {
 	// of the reader's shared stream (catchup.go).
 	detached atomic.Bool
 	paused   atomic.Bool
-	fenced  atomic.Bool
-	claimed atomic.Bool
+	fenced   atomic.Bool
+	claimed  atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.

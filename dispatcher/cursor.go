@@ -147,3 +147,11 @@ func (g *group) commitCursor(ws []*worker) {
 		g.log.Warn("commit failed", "err", err)
 	}
 }
+
+// readerGroup is the consumer group of the group's reader, "" none.
+func (g *group) readerGroup() string {
+	if g.rd == nil {
+		return ""
+	}
+	return g.rd.groupID
+}

@@ -566,6 +566,9 @@ func (g *group) commit(ws []*worker) {
 // GroupStats is a snapshot of one subscription's group on a node.
 type GroupStats struct {
 	Subscription string
+	// Reader is the consumer group of the shared read the subscription is
+	// a cursor of (SharedRead), "" when it reads with a group of its own.
+	Reader       string
 	Delivered    int64
 	DeadLettered int64
 	// Filtered counts the records the filter rejected (see
@@ -609,6 +612,7 @@ type PartitionStats struct {
 func (g *group) stats() GroupStats {
 	s := GroupStats{
 		Subscription: g.sub.ID,
+		Reader:       g.readerGroup(),
 		Delivered:    g.delivered.Load(),
 		DeadLettered: g.deadLettered.Load(),
 		Filtered:     g.filtered.Load(),

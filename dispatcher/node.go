@@ -238,6 +238,13 @@ type Ownership struct {
 	// Ranges are the key hashes of the partition the node delivers, as
 	// "lo-hi" ranges (hi exclusive, of 0–65536); "" for all of them.
 	Ranges string `json:"ranges,omitempty"`
+	// Reader is the consumer group of the shared read the partition is
+	// read with (--shared-read), "" when the subscription reads with a
+	// group of its own.
+	Reader string `json:"reader,omitempty"`
+	// CatchingUp is set while the subscription's cursor reads the
+	// partition on its own to catch up with the shared read.
+	CatchingUp bool `json:"catching_up,omitempty"`
 }
 
 // Owned lists the partitions this node owns right now, sorted.
@@ -245,7 +252,8 @@ func (n *Node) Owned() []Ownership {
 	var out []Ownership
 	for _, g := range n.Stats() {
 		for _, p := range g.Partitions {
-			o := Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed}
+			o := Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed,
+				Reader: g.Reader, CatchingUp: p.Detached}
 			if p.Ranges != nil && !p.Ranges.IsFull() {
 				o.Ranges = p.Ranges.String()
 			}

@@ -60,11 +60,12 @@ func topicSetKey(topics []string) string {
 // reader fetches a topic set's partitions the node owns, once, for every
 // cursor reading them.
 type reader struct {
-	n      *Node
-	key    string
-	topics []string
-	log    *slog.Logger
-	attrs  attribute.Set
+	n       *Node
+	key     string
+	groupID string
+	topics  []string
+	log     *slog.Logger
+	attrs   attribute.Set
 	// live is the reader group's membership as the coordinator confirms
 	// it; the cursors' workers deliver only while it holds.
 	live *liveness
@@ -101,6 +102,7 @@ func newReader(n *Node, topics []string, first *group) (*reader, error) {
 		done:    make(chan struct{}),
 	}
 	gid := readerGroupID(topics)
+	r.groupID = gid
 	r.log = n.log.With("reader", gid)
 	r.attrs = attribute.NewSet(attribute.String("reader", gid))
 	r.live = newLiveness(n.cfg.lease(), nil)

@@ -216,7 +216,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			return nil, fmt.Errorf("app: webhooks client: %w", err)
 		}
 		a.closers = append(a.closers, a.apiSender.CloseIdleConnections)
-		seeker, err := control.NewSeeker(adm, a.subs, a.tracker, control.SeekConfig{StopTimeout: cfg.AdminStopTimeout})
+		seeker, err := control.NewSeeker(adm, a.subs, a.tracker, control.SeekConfig{StopTimeout: cfg.AdminStopTimeout, Nodes: a.registry})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
@@ -226,7 +226,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		}
 		a.closers = append(a.closers, a.deadLetters.Close)
 		// Every API node drains the cleanups of deleted subscriptions.
-		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives}, control.CleanupConfig{Logger: log})
+		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives}, control.CleanupConfig{Logger: log, Nodes: a.registry})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}

@@ -127,12 +127,23 @@ type ownerSample struct {
 // commit never moves backwards nor passes an unacked offset), and, its
 // ownership lease over, it must not repeat a record the new owner
 // delivered meanwhile.
-func TestFaultZombieIsFenced(t *testing.T) {
+func TestFaultZombieIsFenced(t *testing.T) { testZombieIsFenced(t, "zombie", nil) }
+
+// The same with the shared read: the zombie is a node whose reader group
+// gave its partitions away, and its cursors commit under a consumer group
+// with no member, which Kafka cannot fence. Its ownership lease and the
+// tracker's epoch must: no commit backwards or past an unacked offset, no
+// state written over the new owner's, no record repeated.
+func TestFaultSharedReadZombieIsFenced(t *testing.T) {
+	testZombieIsFenced(t, "shared-read-zombie", []string{"--shared-read"})
+}
+
+func testZombieIsFenced(t *testing.T, name string, flags []string) {
 	const records, rate = 30_000, 600
 	const slowFor = 3 * time.Second
 	var slow atomic.Int32
 	slow.Store(-1)
-	c := newCluster(t, "zombie", clusterConfig{latency: func(d *testutil.Delivery) time.Duration {
+	c := newCluster(t, name, clusterConfig{flags: flags, latency: func(d *testutil.Delivery) time.Duration {
 		if d.Partition == slow.Load() {
 			return slowFor
 		}

@@ -23,9 +23,16 @@ func smallLatency(d *testutil.Delivery) time.Duration {
 // killed node is restarted at once, so three stay. Nothing is lost, keys
 // stay in order, the commit never passes an unacked offset, and duplicates
 // stay within what was in flight or unflushed at each kill.
-func TestFaultKill9EveryFiveSeconds(t *testing.T) {
-	const records, rate, every = 100_000, 2_000, 5 * time.Second
-	c := newCluster(t, "kill9", clusterConfig{latency: slowerLatency})
+func TestFaultKill9EveryFiveSeconds(t *testing.T) { testKill9EveryFiveSeconds(t, "kill9", 100_000, nil) }
+
+// The same with the shared read, on fewer records.
+func TestFaultSharedReadKill9EveryFiveSeconds(t *testing.T) {
+	testKill9EveryFiveSeconds(t, "shared-read-kill9", 40_000, []string{"--shared-read"})
+}
+
+func testKill9EveryFiveSeconds(t *testing.T, name string, records int, flags []string) {
+	const rate, every = 2_000, 5 * time.Second
+	c := newCluster(t, name, clusterConfig{latency: slowerLatency, flags: flags})
 	c.startNodes()
 	prod := c.produce(records, rate)
 	kills := 0
@@ -48,9 +55,17 @@ func TestFaultKill9EveryFiveSeconds(t *testing.T) {
 // A rolling restart with SIGTERM hands every partition over gracefully: a
 // node drains, flushes, commits and releases before it leaves, so no record
 // is delivered twice.
-func TestFaultRollingRestartIsGraceful(t *testing.T) {
+func TestFaultRollingRestartIsGraceful(t *testing.T) { testRollingRestart(t, "rolling", nil) }
+
+// The same with the shared read: a reader group's graceful handover hands
+// every cursor's partitions over drained, flushed and committed.
+func TestFaultSharedReadRollingRestartIsGraceful(t *testing.T) {
+	testRollingRestart(t, "shared-read-rolling", []string{"--shared-read"})
+}
+
+func testRollingRestart(t *testing.T, name string, flags []string) {
 	const records, rate = 30_000, 1_000
-	c := newCluster(t, "rolling", clusterConfig{latency: slowerLatency})
+	c := newCluster(t, name, clusterConfig{latency: slowerLatency, flags: flags})
 	c.startNodes()
 	prod := c.produce(records, rate)
 	sleepFor(5 * time.Second)

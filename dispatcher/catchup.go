@@ -7,8 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/keyhook/keyhook/partition"
 )
 
 // A cursor's worker takes its partition's records from the reader's
@@ -77,11 +75,7 @@ func (w *worker) takeShared(rs []*kgo.Record) {
 // offerRecords hands rs, records at or above offered in offset order, to the
 // machine.
 func (w *worker) offerRecords(rs []*kgo.Record) {
-	recs := make([]partition.Record[*kgo.Record], len(rs))
-	for i, r := range rs {
-		recs[i] = w.g.filter(machineRecord(r))
-	}
-	w.m.Offer(recs)
+	w.m.Offer(w.machineRecords(rs))
 	w.src.offered = rs[len(rs)-1].Offset + 1
 }
 

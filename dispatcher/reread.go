@@ -7,8 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/keyhook/keyhook/partition"
 )
 
 // A key holding more records than it can deliver parks the rest by offset
@@ -152,10 +150,7 @@ func (w *worker) takeReread(b rereadBatch) {
 	if w.rr.pass == nil || b.pass != w.rr.pass.id {
 		return // an ended pass's
 	}
-	recs := make([]partition.Record[*kgo.Record], len(b.recs))
-	for i, r := range b.recs {
-		recs[i] = w.g.filter(machineRecord(r))
-	}
+	recs := w.machineRecords(b.recs)
 	if b.logStart > w.logStart.Load() {
 		w.logStart.Store(b.logStart)
 	}

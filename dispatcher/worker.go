@@ -476,11 +476,7 @@ func (w *worker) processInbox() {
 			w.takeShared(rs)
 			continue
 		}
-		recs := make([]partition.Record[*kgo.Record], len(rs))
-		for i, r := range rs {
-			recs[i] = w.g.filter(machineRecord(r))
-		}
-		w.m.Offer(recs)
+		w.m.Offer(w.machineRecords(rs))
 	}
 	if f := w.m.Foreign(); f > w.foreign {
 		w.g.tel.notOwned.Add(context.Background(), f-w.foreign, metric.WithAttributeSet(w.attrs))
@@ -491,6 +487,15 @@ func (w *worker) processInbox() {
 		w.g.tel.superseded.Add(context.Background(), s-w.superseded, metric.WithAttributeSet(w.attrs))
 		w.superseded = s
 	}
+}
+
+// machineRecords is rs as the partition's machine sees them, filtered.
+func (w *worker) machineRecords(rs []*kgo.Record) []partition.Record[*kgo.Record] {
+	recs := make([]partition.Record[*kgo.Record], len(rs))
+	for i, r := range rs {
+		recs[i] = w.g.filter(machineRecord(r))
+	}
+	return recs
 }
 
 // machineRecord is r as the partition's machine sees it.

@@ -104,8 +104,9 @@ type Tuning struct {
 	// subscription is a cursor over that read, with its own partition
 	// machines, tracking state and commits under its own group id
 	// (reader.go). Default false: each subscription is a consumer group
-	// of its own. Every node of a cluster must agree on it: a node of
-	// each kind would deliver the same partitions.
+	// of its own. A cluster moves to it node by node: a cursor starts
+	// only once no node reads its subscription with a group of its own
+	// (cursor.go). Moving back takes a stop of every node.
 	SharedRead bool
 }
 

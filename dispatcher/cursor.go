@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -19,6 +20,16 @@ import (
 // ctx, then leaves it and hands its partitions over (drain, flush,
 // commit, release) as run does.
 func (g *group) runCursor(ctx context.Context) error {
+	if err := g.awaitOwnGroupEmpty(ctx); err != nil {
+		g.stopWorkers()
+		g.pool.close()
+		return err
+	}
+	if ctx.Err() != nil {
+		g.stopWorkers()
+		g.pool.close()
+		return nil
+	}
 	if err := g.n.joinReader(ctx, g); err != nil {
 		g.stopWorkers()
 		g.pool.close()
@@ -40,6 +51,51 @@ func (g *group) runCursor(ctx context.Context) error {
 	g.pool.close()
 	g.log.Info("cursor stopped")
 	return nil
+}
+
+// ownGroupPoll is how often a cursor asks whether its subscription's own
+// consumer group still has members.
+const ownGroupPoll = 2 * time.Second
+
+// awaitOwnGroupEmpty waits, before the cursor reads anything, until the
+// subscription's own consumer group has no member: nodes that read it
+// with a group of their own (a cluster moving to the shared read, node
+// by node) deliver its partitions meanwhile, and both delivering would
+// send records twice. Such a node hands its partitions over (drained,
+// flushed, committed, released) before it leaves the group, so once the
+// group is empty the cursor takes over where it stopped. It returns nil
+// when ctx ends.
+func (g *group) awaitOwnGroupEmpty(ctx context.Context) error {
+	adm, err := g.n.adminClient()
+	if err != nil {
+		return fmt.Errorf("dispatcher: admin client: %w", err)
+	}
+	logged := false
+	for {
+		dctx, cancel := context.WithTimeout(ctx, startLookupTimeout)
+		described, err := kadm.NewClient(adm).DescribeGroups(dctx, g.sub.GroupID())
+		cancel()
+		if err == nil {
+			d, ok := described[g.sub.GroupID()]
+			if !ok || errors.Is(d.Err, kerr.GroupIDNotFound) || d.Err == nil && len(d.Members) == 0 {
+				if logged {
+					g.log.Info("the subscription's own consumer group is empty; its cursor starts")
+				}
+				return nil
+			}
+			if !logged {
+				g.log.Warn("nodes still read the subscription with a consumer group of their own; its cursor waits until they left", "group", g.sub.GroupID(), "members", len(d.Members))
+				logged = true
+			}
+		} else if ctx.Err() == nil {
+			g.log.Warn("cannot describe the subscription's own consumer group; will retry", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(ownGroupPoll):
+		}
+	}
 }
 
 // assignCursor starts a worker for each partition the reader was

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
@@ -76,6 +78,10 @@ type Node struct {
 	// (SharedRead), started by its first cursor, stopped by its last.
 	readersMu sync.Mutex
 	readers   map[string]*reader
+	// admin is a client without a group the cursors ask about their
+	// subscriptions' own groups (cursor.go), made on first use; guarded
+	// by readersMu, closed by Run.
+	admin *kgo.Client
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -145,6 +151,20 @@ func (n *Node) joinReader(ctx context.Context, g *group) error {
 	return nil
 }
 
+// adminClient returns the node's client for admin requests.
+func (n *Node) adminClient() (*kgo.Client, error) {
+	n.readersMu.Lock()
+	defer n.readersMu.Unlock()
+	if n.admin == nil {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.cfg.Brokers...), kgo.ClientID("keyhook-" + n.cfg.NodeID + "-admin")}, n.cfg.KafkaOptions...)...)
+		if err != nil {
+			return nil, err
+		}
+		n.admin = cl
+	}
+	return n.admin, nil
+}
+
 // leaveReader takes g off its reader, and stops the reader when g was its
 // last cursor.
 func (n *Node) leaveReader(g *group) {
@@ -201,6 +221,12 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.wg.Wait()
+	n.readersMu.Lock()
+	if n.admin != nil {
+		n.admin.Close()
+		n.admin = nil
+	}
+	n.readersMu.Unlock()
 	stopLoops()
 	<-loopsDone
 	stopFlusher()

@@ -44,6 +44,14 @@ type catchupPass struct {
 	cancel context.CancelFunc
 }
 
+// maxCatchups bounds the catch-up passes running on a node at once: each
+// is a Kafka client with its connections and fetch buffers, and a burst
+// that detaches many cursors at once (a node's memory budget full, many
+// subscriptions created from the earliest offset) must not open
+// thousands. A detached cursor without a slot stays detached and asks
+// again on its next turn.
+const maxCatchups = 32
+
 // catchupBatch is what a pass read.
 type catchupBatch struct {
 	pass     uint64
@@ -118,11 +126,19 @@ func (w *worker) manageCatchup() {
 		return
 	}
 	if w.src.pass == nil && !w.m.Paused() && w.src.offered >= 0 && !w.m.Stopped() {
+		select {
+		case w.g.n.catchups <- struct{}{}:
+		default:
+			return // every slot taken: the next turn asks again
+		}
 		w.src.seq++
 		ctx, cancel := context.WithCancel(w.ctx)
 		w.src.pass = &catchupPass{id: w.src.seq, cancel: cancel}
 		id, at := w.src.seq, w.src.offered
-		w.bg.Go(func() { w.catchupLoop(ctx, id, at) })
+		w.bg.Go(func() {
+			defer func() { <-w.g.n.catchups }()
+			w.catchupLoop(ctx, id, at)
+		})
 	}
 }
 

@@ -78,6 +78,8 @@ type Node struct {
 	// (SharedRead), started by its first cursor, stopped by its last.
 	readersMu sync.Mutex
 	readers   map[string]*reader
+	// catchups holds a token per catch-up pass running (maxCatchups).
+	catchups chan struct{}
 	// admin is a client without a group the cursors ask about their
 	// subscriptions' own groups (cursor.go), made on first use; guarded
 	// by readersMu, closed by Run.
@@ -114,11 +116,12 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	}
 	n := &Node{
 		cfg: cfg, subs: subs, sender: sender, tracker: tracker, redeliver: redeliver,
-		log:     cfg.Logger.With("node", cfg.NodeID),
-		runners: make(map[string]*runner),
-		missing: make(map[string]time.Time),
-		readers: make(map[string]*reader),
-		budget:  budget, parkBudget: parkBudget,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		runners:  make(map[string]*runner),
+		missing:  make(map[string]time.Time),
+		readers:  make(map[string]*reader),
+		catchups: make(chan struct{}, maxCatchups),
+		budget:   budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
 	n.loops = newLoops(n)

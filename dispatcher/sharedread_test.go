@@ -207,3 +207,38 @@ func TestSharedReadHandsPartitionsOverBetweenNodes(t *testing.T) {
 		}
 	})
 }
+
+// More subscriptions start behind the reader at once than a node runs
+// catch-ups (72 partitions to catch up, 32 passes at a time): those
+// without a pass wait for one, and every subscription gets every record.
+func TestSharedReadCatchUpsWaitForASlot(t *testing.T) {
+	brokers := testutil.Kfake(t, 2, "burst")
+	rdb := testutil.StartRedis(t).Client()
+	const n, late = 300, 36
+	keyOf := func(i int) string { return fmt.Sprintf("key-%d", i%10) }
+	partOf := func(i int) int32 { return int32(i % 10 % 2) }
+	ends := produce(t, brokers, "burst", n, keyOf, partOf)
+
+	first := testutil.StartSink(t)
+	all := []*subscription.Subscription{newSub("burst-first", "burst", first.URL, subscription.OrderKey, 8)}
+	subs := make(feed, 1)
+	subs <- all
+	metrics := sdkmetric.NewManualReader()
+	startNodeWith(t, brokers, rdb, subs, sharedRead(metrics, 0))
+	first.WaitAcked(t, n, time.Minute)
+
+	var sinks []*testutil.Sink
+	for i := range late {
+		s := testutil.StartSink(t)
+		sinks = append(sinks, s)
+		all = append(all, newSub(fmt.Sprintf("burst-%d", i), "burst", s.URL, subscription.OrderKey, 8))
+	}
+	subs <- all
+	for i, s := range sinks {
+		s.WaitAcked(t, n, 2*time.Minute)
+		checkSink(t, all[i+1].ID, s, "burst", ends)
+	}
+	if d := testutil.Int64Metric(t, metrics, "keyhook.cursor.detaches"); d < 2*late {
+		t.Errorf("%d detaches, want each new subscription's %d partitions to have started behind the reader", d, 2)
+	}
+}

@@ -252,7 +252,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			return nil, fmt.Errorf("app: webhooks client: %w", err)
 		}
 		a.closers = append(a.closers, a.apiSender.CloseIdleConnections)
-		seeker, err := control.NewSeeker(adm, a.subs, a.tracker, control.SeekConfig{StopTimeout: cfg.AdminStopTimeout})
+		seeker, err := control.NewSeeker(adm, a.subs, a.tracker, control.SeekConfig{StopTimeout: cfg.AdminStopTimeout, Nodes: a.registry})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
@@ -264,7 +264,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		// Every API node drains the cleanups of deleted subscriptions.
 		deliveryLog := deliverylog.NewReader(a.rdb, keyspace.Keyspace{})
 		streaks := monitor.Streaks{RDB: a.rdb}
-		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives, deliveryLog, streaks}, control.CleanupConfig{Logger: log})
+		a.cleaner, err = control.NewCleaner(a.rdb, adm, a.subs, []control.StateDeleter{a.tracker, a.redrives, deliveryLog, streaks}, control.CleanupConfig{Logger: log, Nodes: a.registry})
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}

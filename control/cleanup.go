@@ -46,6 +46,11 @@ type CleanupConfig struct {
 	Prefix string
 	// Logger receives failed tries. Default slog.Default().
 	Logger *slog.Logger
+	// Nodes, when not nil, is asked as well whether any node still owns
+	// a partition of the subscription (nodes.Registry): with the shared
+	// read its group has no member, and a cursor still draining would
+	// write its state back after the cleanup.
+	Nodes NodeLister
 }
 
 // Cleaner removes what a deleted subscription leaves behind: its consumer
@@ -163,6 +168,15 @@ func (c *Cleaner) clean(ctx context.Context, id string) error {
 		return nil
 	case !errors.Is(err, subscription.ErrNotFound):
 		return fmt.Errorf("read subscription: %w", err)
+	}
+	if c.cfg.Nodes != nil {
+		// A cleanup is first tried Delay after the delete: a node owning
+		// a partition of it then has not stopped yet.
+		if done, err := stoppedSince(ctx, c.cfg.Nodes, id, time.Now().Add(-c.cfg.Delay)); err != nil {
+			return fmt.Errorf("list nodes: %w", err)
+		} else if !done {
+			return errGroupBusy
+		}
 	}
 	group := (&subscription.Subscription{ID: id}).GroupID()
 	resp, err := c.adm.DeleteGroups(ctx, group)

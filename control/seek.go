@@ -35,6 +35,10 @@ type SeekConfig struct {
 	// PollInterval is how often a seek asks whether the group is empty.
 	// Default 200ms.
 	PollInterval time.Duration
+	// Nodes, when not nil, is asked as well whether any node still owns
+	// a partition of the subscription (nodes.Registry): with the shared
+	// read the subscription's group has no member to wait for.
+	Nodes NodeLister
 }
 
 // Seeker moves a subscription's consumer group.
@@ -103,7 +107,7 @@ func (sk *Seeker) Seek(ctx context.Context, sub *subscription.Subscription, req 
 }
 
 func (sk *Seeker) rewrite(ctx context.Context, sub *subscription.Subscription, targets kadm.Offsets) (*subscription.SeekResult, error) {
-	if err := sk.waitGroupEmpty(ctx, sub.GroupID()); err != nil {
+	if err := sk.waitGroupEmpty(ctx, sub); err != nil {
 		return nil, err
 	}
 	before, err := kafkaCall(ctx, func(ctx context.Context) (kadm.OffsetResponses, error) {
@@ -223,15 +227,24 @@ func errorBesidesUnknownTopics(l kadm.ListedOffsets) error {
 	return first
 }
 
-// waitGroupEmpty waits until no member is left in the group.
-func (sk *Seeker) waitGroupEmpty(ctx context.Context, group string) error {
+// waitGroupEmpty waits until no member is left in the subscription's
+// group and, with Nodes, until every node said it owns none of its
+// partitions.
+func (sk *Seeker) waitGroupEmpty(ctx context.Context, sub *subscription.Subscription) error {
+	group := sub.GroupID()
 	ctx, cancel := context.WithTimeout(ctx, sk.cfg.StopTimeout)
 	defer cancel()
+	since := time.Now()
 	for {
 		described, err := sk.adm.DescribeGroups(ctx, group)
 		if err == nil {
 			if g, ok := described[group]; ok && (g.Err == nil && len(g.Members) == 0 || errors.Is(g.Err, kerr.GroupIDNotFound)) {
-				return nil
+				if sk.cfg.Nodes == nil {
+					return nil
+				}
+				if done, err := stoppedSince(ctx, sk.cfg.Nodes, sub.ID, since); err == nil && done {
+					return nil
+				}
 			}
 		}
 		select {

@@ -16,8 +16,9 @@ import "time"
 //   - the end of the membership's confirmation: its state is then written
 //     every round until the coordinator answers (see flush);
 //   - a claim retry, a release retry, the retention guard: at their time;
-//   - records waiting for the node's budget, and parked records (a pass
-//     to start, keep or end): every flush interval, as before.
+//   - records waiting for the node's budget, parked records (a pass to
+//     start, keep or end) and a detached cursor waiting for a catch-up
+//     slot: every flush interval, as before.
 
 // nextDue returns when the loop must wake next without an event; zero
 // when nothing is due.
@@ -35,7 +36,9 @@ func (w *worker) nextDue(now time.Time) time.Time {
 	}
 	tick := now.Add(w.g.n.cfg.FlushInterval)
 	if !w.m.Stopped() {
-		if w.m.Backlog() > 0 || w.m.Parked() > 0 || w.rr.pass != nil {
+		// A detached cursor waiting for a catch-up slot asks again.
+		waitsSlot := w.src.detached && w.src.pass == nil && !w.m.Paused()
+		if w.m.Backlog() > 0 || w.m.Parked() > 0 || w.rr.pass != nil || waitsSlot {
 			at(tick)
 		}
 		at(w.guard.next)

@@ -99,6 +99,16 @@ type Tuning struct {
 	// Retry is the retry policy of every delivery under the
 	// subscription's own (webhooks defaults).
 	Retry webhooks.RetryPolicy
+	// SharedRead reads each set of topics once on the node for every
+	// subscription reading it: one consumer group per topic set (a
+	// reader) decides which node reads which partition, and each
+	// subscription is a cursor over that read, with its own partition
+	// machines, tracking state and commits under its own group id
+	// (reader.go). Default false: each subscription is a consumer group
+	// of its own. A cluster moves to it node by node: a cursor starts
+	// only once no node reads its subscription with a group of its own
+	// (cursor.go). Moving back takes a stop of every node.
+	SharedRead bool
 }
 
 // Config tunes a Node: what it is wired to, and its Tuning. The zero

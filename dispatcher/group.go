@@ -66,6 +66,11 @@ type group struct {
 	// without one; the pool's redrive slots deliver what it injected.
 	redriver *redriver
 
+	// rd is the reader whose cursor the group is (Tuning.SharedRead),
+	// nil when the group reads with a client of its own; set before run
+	// starts any worker.
+	rd *reader
+
 	// balancer shares partitions by key range (nil when the subscription
 	// does not share); assigned is the key ranges of each partition as
 	// the latest sync gave them, absent meaning all of them.
@@ -130,6 +135,10 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		g.redriver = newRedriver(g, n.cfg.Redrives)
 	}
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
+	if n.cfg.SharedRead {
+		// A cursor: the reader of its topics fetches for it (reader.go).
+		return g, nil
+	}
 	// Every group resets to the earliest offset, whatever its start: the
 	// start was committed for the group when the subscription was created,
 	// so a partition without a commit has not been read yet (start.go).
@@ -187,6 +196,9 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 // (loops.go), which it joins while it polls; its deliveries run in
 // goroutines its pool starts on demand.
 func (g *group) run(ctx context.Context) error {
+	if g.n.cfg.SharedRead {
+		return g.runCursor(ctx)
+	}
 	g.ensureDeadLetterTopics(ctx)
 	g.n.loops.join(g)
 	g.log.Info("consumer started", "group", g.sub.GroupID(), "topics", g.sub.Topics, "ordering", g.sub.Ordering)
@@ -503,6 +515,10 @@ func (g *group) countTopicPartitions(ctx context.Context) {
 // fences the commit by group generation, so a node that lost the group
 // cannot commit; offsets only ever move forward.
 func (g *group) commit(ws []*worker) {
+	if g.rd != nil {
+		g.commitCursor(ws)
+		return
+	}
 	g.commitMu.Lock()
 	defer g.commitMu.Unlock()
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
@@ -555,6 +571,9 @@ func (g *group) commit(ws []*worker) {
 // GroupStats is a snapshot of one subscription's group on a node.
 type GroupStats struct {
 	Subscription string
+	// Reader is the consumer group of the shared read the subscription is
+	// a cursor of (SharedRead), "" when it reads with a group of its own.
+	Reader       string
 	Delivered    int64
 	DeadLettered int64
 	// Filtered counts the records the filter rejected (see
@@ -590,11 +609,15 @@ type PartitionStats struct {
 	// Parked counts the pending records held by offset only (of Pending);
 	// Reread the records read again from Kafka to take them back.
 	Parked, Reread int64
+	// Detached is set while the partition's cursor catches up on a read
+	// of its own instead of taking the node's shared read (SharedRead).
+	Detached bool
 }
 
 func (g *group) stats() GroupStats {
 	s := GroupStats{
 		Subscription: g.sub.ID,
+		Reader:       g.readerGroup(),
 		Delivered:    g.delivered.Load(),
 		DeadLettered: g.deadLettered.Load(),
 		Filtered:     g.filtered.Load(),
@@ -621,7 +644,12 @@ func sortStats(s []GroupStats) {
 	sort.Slice(s, func(i, j int) bool { return s[i].Subscription < s[j].Subscription })
 }
 
-func (g *group) client() *kgo.Client { return g.cl.Load() }
+func (g *group) client() *kgo.Client {
+	if g.rd != nil {
+		return g.rd.client()
+	}
+	return g.cl.Load()
+}
 
 // snapshotWorkers returns the workers of the partitions owned now.
 func (g *group) snapshotWorkers() []*worker {

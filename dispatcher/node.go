@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
@@ -72,6 +74,17 @@ type Node struct {
 	// group, one goroutine each for the node.
 	loops *loops
 
+	// readersMu guards readers: the shared read of each topic set
+	// (SharedRead), started by its first cursor, stopped by its last.
+	readersMu sync.Mutex
+	readers   map[string]*reader
+	// catchups holds a token per catch-up pass running (maxCatchups).
+	catchups chan struct{}
+	// admin is a client without a group the cursors ask about their
+	// subscriptions' own groups (cursor.go), made on first use; guarded
+	// by readersMu, closed by Run.
+	admin *kgo.Client
+
 	mu      sync.Mutex
 	runners map[string]*runner
 	// missing is since when each running subscription has been missing
@@ -103,10 +116,12 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	}
 	n := &Node{
 		cfg: cfg, subs: subs, sender: sender, tracker: tracker, redeliver: redeliver,
-		log:     cfg.Logger.With("node", cfg.NodeID),
-		runners: make(map[string]*runner),
-		missing: make(map[string]time.Time),
-		budget:  budget, parkBudget: parkBudget,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		runners:  make(map[string]*runner),
+		missing:  make(map[string]time.Time),
+		readers:  make(map[string]*reader),
+		catchups: make(chan struct{}, maxCatchups),
+		budget:   budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
 	n.loops = newLoops(n)
@@ -116,6 +131,58 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	}
 	n.tel = tel
 	return n, nil
+}
+
+// joinReader makes g a cursor of the reader of its topics, starting the
+// reader when g is its first.
+func (n *Node) joinReader(ctx context.Context, g *group) error {
+	n.readersMu.Lock()
+	defer n.readersMu.Unlock()
+	key := topicSetKey(g.sub.Topics)
+	if r := n.readers[key]; r != nil {
+		g.rd, g.live = r, r.live
+		r.attach(ctx, g)
+		return nil
+	}
+	r, err := newReader(n, g.sub.Topics, g)
+	if err != nil {
+		g.rd = nil
+		return err
+	}
+	n.readers[key] = r
+	r.start()
+	return nil
+}
+
+// adminClient returns the node's client for admin requests.
+func (n *Node) adminClient() (*kgo.Client, error) {
+	n.readersMu.Lock()
+	defer n.readersMu.Unlock()
+	if n.admin == nil {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.cfg.Brokers...), kgo.ClientID("keyhook-" + n.cfg.NodeID + "-admin")}, n.cfg.KafkaOptions...)...)
+		if err != nil {
+			return nil, err
+		}
+		n.admin = cl
+	}
+	return n.admin, nil
+}
+
+// leaveReader takes g off its reader, and stops the reader when g was its
+// last cursor.
+func (n *Node) leaveReader(g *group) {
+	n.readersMu.Lock()
+	defer n.readersMu.Unlock()
+	key := topicSetKey(g.sub.Topics)
+	r := n.readers[key]
+	if r == nil {
+		return
+	}
+	r.detach(g)
+	if r.empty() {
+		delete(n.readers, key)
+		r.stop()
+	}
 }
 
 // groups returns the running groups.
@@ -157,6 +224,12 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.wg.Wait()
+	n.readersMu.Lock()
+	if n.admin != nil {
+		n.admin.Close()
+		n.admin = nil
+	}
+	n.readersMu.Unlock()
 	stopLoops()
 	<-loopsDone
 	stopFlusher()
@@ -194,6 +267,13 @@ type Ownership struct {
 	// Ranges are the key hashes of the partition the node delivers, as
 	// "lo-hi" ranges (hi exclusive, of 0–65536); "" for all of them.
 	Ranges string `json:"ranges,omitempty"`
+	// Reader is the consumer group of the shared read the partition is
+	// read with (--shared-read), "" when the subscription reads with a
+	// group of its own.
+	Reader string `json:"reader,omitempty"`
+	// CatchingUp is set while the subscription's cursor reads the
+	// partition on its own to catch up with the shared read.
+	CatchingUp bool `json:"catching_up,omitempty"`
 }
 
 // Owned lists the partitions this node owns right now, sorted.
@@ -201,7 +281,8 @@ func (n *Node) Owned() []Ownership {
 	var out []Ownership
 	for _, g := range n.Stats() {
 		for _, p := range g.Partitions {
-			o := Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed}
+			o := Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed,
+				Reader: g.Reader, CatchingUp: p.Detached}
 			if p.Ranges != nil && !p.Ranges.IsFull() {
 				o.Ranges = p.Ranges.String()
 			}

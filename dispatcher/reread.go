@@ -7,8 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/keyhook/keyhook/partition"
 )
 
 // A key holding more records than it can deliver parks the rest by offset
@@ -108,24 +106,9 @@ func (w *worker) endPass() {
 // rereadLoop is a pass: it reads the partition from offset from and hands
 // the records to the worker until ctx ends.
 func (w *worker) rereadLoop(ctx context.Context, id uint64, from int64) {
-	n := w.g.n
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(n.cfg.Brokers...),
-		kgo.ClientID("keyhook-" + n.cfg.NodeID + "-reread"),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{w.tp.topic: {w.tp.partition: kgo.NewOffset().At(from)}}),
-		// What the group's fetch saw, no more: aborted data stays unread.
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(250 * time.Millisecond),
-		// Small fetches: a pass ends when its keys are full, and what it
-		// read beyond is read again by the next.
-		kgo.FetchMaxBytes(1 << 20),
-		kgo.FetchMaxPartitionBytes(256 << 10),
-		// An offset retention deleted resets to the log start, which the
-		// batches carry: the worker sees what is gone.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-	}
-	opts = append(opts, n.cfg.KafkaOptions...)
-	cl, err := kgo.NewClient(opts...)
+	// Small fetches: a pass ends when its keys are full, and what it
+	// read beyond is read again by the next.
+	cl, err := w.partitionClient("-reread", from, 1<<20, 256<<10)
 	if err != nil {
 		w.g.countError("reread")
 		w.log.Warn("re-read of parked records failed", "err", err)
@@ -167,10 +150,7 @@ func (w *worker) takeReread(b rereadBatch) {
 	if w.rr.pass == nil || b.pass != w.rr.pass.id {
 		return // an ended pass's
 	}
-	recs := make([]partition.Record[*kgo.Record], len(b.recs))
-	for i, r := range b.recs {
-		recs[i] = w.g.filter(machineRecord(r))
-	}
+	recs := w.machineRecords(b.recs)
 	if b.logStart > w.logStart.Load() {
 		w.logStart.Store(b.logStart)
 	}

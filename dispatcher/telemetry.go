@@ -58,6 +58,9 @@ type telemetry struct {
 	startResets  metric.Int64Counter
 	notOwned     metric.Int64Counter
 	reread       metric.Int64Counter
+	readerFetch  metric.Int64Counter
+	detached     metric.Int64Counter
+	caughtUp     metric.Int64Counter
 	expiring     metric.Int64Counter
 	superseded   metric.Int64Counter
 	filtered     metric.Int64Counter
@@ -84,6 +87,12 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	t.notOwned, e = m.Int64Counter("keyhook.records.not_owned", metric.WithDescription("Records read from a shared partition that another node delivers (their key hash is in its range): the read amplification of key-range sharing."), metric.WithUnit("{record}"))
 	must(e)
 	t.reread, e = m.Int64Counter("keyhook.records.reread", metric.WithDescription("Records fetched again from Kafka to take back parked ones (a key that held more than --park-after records parks the rest by offset); a pass reads every record from the lowest parked offset wanted, so this counts the read cost of stuck or slow keys, not the parked records."), metric.WithUnit("{record}"))
+	must(e)
+	t.readerFetch, e = m.Int64Counter("keyhook.reader.records.fetched", metric.WithDescription("Records a node's shared reader fetched from Kafka (--shared-read), by reader group: each is offered to every subscription reading its topics, so keyhook.records.fetched over this is the read shared."), metric.WithUnit("{record}"))
+	must(e)
+	t.detached, e = m.Int64Counter("keyhook.cursor.detaches", metric.WithDescription("Times a subscription's partition left the node's shared read (--shared-read) to catch up on a read of its own: its window was full, or it started behind the reader."), metric.WithUnit("{detach}"))
+	must(e)
+	t.caughtUp, e = m.Int64Counter("keyhook.records.caught_up", metric.WithDescription("Records a detached subscription partition read on its own catch-up to rejoin the shared read (--shared-read): the read cost of lagging subscriptions."), metric.WithUnit("{record}"))
 	must(e)
 	t.expiring, e = m.Int64Counter("keyhook.records.expiring", metric.WithDescription("Pending records found about to be deleted by the topic's retention (a quarter of retention.ms before, at most 6 h) and let out of their key's turn: dead-lettered with the reason, or delivered at once when dead-lettering is off."), metric.WithUnit("{record}"))
 	must(e)

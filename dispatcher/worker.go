@@ -74,6 +74,9 @@ type worker struct {
 	rs    reshaper
 	rr    rereader
 	guard retentionGuard
+	// src is where a cursor's records come from (catchup.go); unused
+	// when the group reads with a client of its own.
+	src cursorSource
 
 	// retired is set when the group hands the partition over: the final
 	// state is written by the handover, no longer by the flusher.
@@ -183,9 +186,12 @@ type published struct {
 	// guardAt is when the retention guard acts on the oldest pending
 	// record, unix ns, 0 unknown or none.
 	guardAt atomic.Int64
-	paused  atomic.Bool
-	fenced  atomic.Bool
-	claimed atomic.Bool
+	// detached is set while a cursor's worker reads on its own instead
+	// of the reader's shared stream (catchup.go).
+	detached atomic.Bool
+	paused   atomic.Bool
+	fenced   atomic.Bool
+	claimed  atomic.Bool
 }
 
 // partitionConfig is the state machine configuration of s's partitions.
@@ -218,6 +224,7 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 		mail:  newMailbox(),
 		ctrl:  make(chan func()),
 		rr:    rereader{batches: make(chan rereadBatch, 1)},
+		src:   cursorSource{offered: -1, batches: make(chan catchupBatch, 1)},
 		done:  make(chan struct{}),
 		m:     m,
 		lease: newLease(g.n.cfg.lease()),
@@ -430,6 +437,11 @@ func (w *worker) run() {
 			f()
 		case b := <-w.rr.batches:
 			w.takeReread(b)
+		case b := <-w.catchupBatches():
+			w.takeCatchup(b)
+		}
+		if w.cursor() {
+			w.manageCatchup()
 		}
 		w.flush()
 		w.publish()
@@ -460,11 +472,11 @@ func (w *worker) commits() bool {
 // dispatched and tracked, whatever size the fetches have.
 func (w *worker) processInbox() {
 	for _, rs := range w.mail.takeFetched() {
-		recs := make([]partition.Record[*kgo.Record], len(rs))
-		for i, r := range rs {
-			recs[i] = w.g.filter(machineRecord(r))
+		if w.cursor() {
+			w.takeShared(rs)
+			continue
 		}
-		w.m.Offer(recs)
+		w.m.Offer(w.machineRecords(rs))
 	}
 	if f := w.m.Foreign(); f > w.foreign {
 		w.g.tel.notOwned.Add(context.Background(), f-w.foreign, metric.WithAttributeSet(w.attrs))
@@ -475,6 +487,15 @@ func (w *worker) processInbox() {
 		w.g.tel.superseded.Add(context.Background(), s-w.superseded, metric.WithAttributeSet(w.attrs))
 		w.superseded = s
 	}
+}
+
+// machineRecords is rs as the partition's machine sees them, filtered.
+func (w *worker) machineRecords(rs []*kgo.Record) []partition.Record[*kgo.Record] {
+	recs := make([]partition.Record[*kgo.Record], len(rs))
+	for i, r := range rs {
+		recs[i] = w.g.filter(machineRecord(r))
+	}
+	return recs
 }
 
 // machineRecord is r as the partition's machine sees it.
@@ -551,6 +572,11 @@ func (w *worker) applyPause() {
 	}
 	w.paused = want
 	w.pub.paused.Store(want)
+	if w.cursor() {
+		// The reader's fetch goes on: a cursor without room detaches
+		// instead (catchup.go).
+		return
+	}
 	ps := map[string][]int32{w.tp.topic: {w.tp.partition}}
 	if want {
 		w.g.client().PauseFetchPartitions(ps)
@@ -826,5 +852,6 @@ func (w *worker) stats() PartitionStats {
 		NotOwned:  w.pub.notOwned.Load(),
 		Parked:    w.pub.parked.Load(),
 		Reread:    w.pub.reread.Load(),
+		Detached:  w.pub.detached.Load(),
 	}
 }

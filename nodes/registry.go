@@ -37,6 +37,13 @@ type Ownership struct {
 	// Ranges are the key hashes of a shared partition the node delivers
 	// ("lo-hi,…", hi exclusive, of 0–65536); "" for the whole partition.
 	Ranges string `json:"ranges,omitempty"`
+	// Reader is the consumer group of the shared read the partition is
+	// read with (--shared-read), "" when the subscription reads with a
+	// group of its own.
+	Reader string `json:"reader,omitempty"`
+	// CatchingUp is set while the subscription's cursor reads the
+	// partition on its own to catch up with the shared read.
+	CatchingUp bool `json:"catching_up,omitempty"`
 }
 
 // Info is what a node says of itself.

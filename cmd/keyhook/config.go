@@ -137,6 +137,8 @@ func (c *config) knobs() []knob {
 			bind: durationFlag(&n.RequestTimeout, dispatcher.DefaultRequestTimeout), check: positive(&n.RequestTimeout)},
 		{name: "bootstrap-token", field: "BootstrapToken", usage: "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)",
 			bind: stringFlag(&n.BootstrapToken, "")},
+		{name: "shared-read", field: "SharedRead", usage: "read each set of topics once on this node for every subscription reading it (one consumer group per topic set; each subscription a cursor with its own commits); a cluster moves to it node by node, back only by stopping every node",
+			bind: boolFlag(&n.SharedRead)},
 		{name: "endpoint-net-http", usage: "send every request with Go's net/http client, HTTP/1.1 included, instead of keyhook's HTTP/1.1 client (about twice the CPU per request)",
 			bind: boolFlag(&n.EndpointNetHTTP)},
 		{name: "endpoint-concurrency", field: "EndpointConcurrency", usage: "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)",

@@ -76,6 +76,8 @@ type clusterConfig struct {
 	retryAfter func(*testutil.Delivery) int
 	// retry is the subscription's retry policy (default keyhook's).
 	retry subscription.RetryPolicy
+	// flags are more flags every node is started with.
+	flags []string
 }
 
 // cluster is one scenario's world: N keyhook processes sharing one real
@@ -213,6 +215,7 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 		// shared broker must not restore its subscription, nor it theirs.
 		"--config-topic", c.topic + ".config",
 	}
+	c.flags = append(c.flags, cfg.flags...)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopBG = cancel

@@ -23,9 +23,16 @@ func smallLatency(d *testutil.Delivery) time.Duration {
 // killed node is restarted at once, so three stay. Nothing is lost, keys
 // stay in order, the commit never passes an unacked offset, and duplicates
 // stay within what was in flight or unflushed at each kill.
-func TestFaultKill9EveryFiveSeconds(t *testing.T) {
-	const records, rate, every = 100_000, 2_000, 5 * time.Second
-	c := newCluster(t, "kill9", clusterConfig{latency: slowerLatency})
+func TestFaultKill9EveryFiveSeconds(t *testing.T) { testKill9EveryFiveSeconds(t, "kill9", 100_000, nil) }
+
+// The same with the shared read, on fewer records.
+func TestFaultSharedReadKill9EveryFiveSeconds(t *testing.T) {
+	testKill9EveryFiveSeconds(t, "shared-read-kill9", 40_000, []string{"--shared-read"})
+}
+
+func testKill9EveryFiveSeconds(t *testing.T, name string, records int, flags []string) {
+	const rate, every = 2_000, 5 * time.Second
+	c := newCluster(t, name, clusterConfig{latency: slowerLatency, flags: flags})
 	c.startNodes()
 	prod := c.produce(records, rate)
 	kills := 0
@@ -48,9 +55,17 @@ func TestFaultKill9EveryFiveSeconds(t *testing.T) {
 // A rolling restart with SIGTERM hands every partition over gracefully: a
 // node drains, flushes, commits and releases before it leaves, so no record
 // is delivered twice.
-func TestFaultRollingRestartIsGraceful(t *testing.T) {
+func TestFaultRollingRestartIsGraceful(t *testing.T) { testRollingRestart(t, "rolling", nil) }
+
+// The same with the shared read: a reader group's graceful handover hands
+// every cursor's partitions over drained, flushed and committed.
+func TestFaultSharedReadRollingRestartIsGraceful(t *testing.T) {
+	testRollingRestart(t, "shared-read-rolling", []string{"--shared-read"})
+}
+
+func testRollingRestart(t *testing.T, name string, flags []string) {
 	const records, rate = 30_000, 1_000
-	c := newCluster(t, "rolling", clusterConfig{latency: slowerLatency})
+	c := newCluster(t, name, clusterConfig{latency: slowerLatency, flags: flags})
 	c.startNodes()
 	prod := c.produce(records, rate)
 	sleepFor(5 * time.Second)
@@ -63,6 +78,33 @@ func TestFaultRollingRestartIsGraceful(t *testing.T) {
 		t.Errorf("%d duplicates after a graceful rolling restart, want 0", o.Duplicates)
 	}
 	t.Logf("  node logs: %v", c.logLines("partitions revoked", "partitions lost", "drain deadline passed", "fenced"))
+}
+
+// A cluster moves to the shared read node by node, each restarted
+// gracefully with --shared-read while records flow: a restarted node's
+// cursors wait while the nodes not restarted yet still read the
+// subscription with its own consumer group, and take over once the last
+// of them handed its partitions over. Nothing is lost or delivered twice,
+// and no key has two requests in flight at once.
+func TestFaultRollingUpgradeToSharedRead(t *testing.T) {
+	const records, rate = 30_000, 1_000
+	c := newCluster(t, "upgrade-shared-read", clusterConfig{latency: slowerLatency})
+	c.startNodes()
+	prod := c.produce(records, rate)
+	sleepFor(5 * time.Second)
+	for slot := range c.slots {
+		c.extra[slot] = []string{"--shared-read"}
+		c.terminate(slot, true)
+		c.startSlot(slot)
+	}
+	// The last old node left: every partition has a shared-read owner.
+	c.waitOwned(len(c.slots)-1, time.Minute)
+	prod.wait(time.Minute)
+	o := c.finish()
+	if o.Duplicates != 0 {
+		t.Errorf("%d duplicates after a graceful move to the shared read, want 0", o.Duplicates)
+	}
+	t.Logf("  node logs: %v", c.logLines("cursor waits until they left", "cursor starts", "partitions released", "fenced"))
 }
 
 // slowerLatency makes the sink take 10-50ms per request: handovers then
@@ -127,12 +169,23 @@ type ownerSample struct {
 // commit never moves backwards nor passes an unacked offset), and, its
 // ownership lease over, it must not repeat a record the new owner
 // delivered meanwhile.
-func TestFaultZombieIsFenced(t *testing.T) {
+func TestFaultZombieIsFenced(t *testing.T) { testZombieIsFenced(t, "zombie", nil) }
+
+// The same with the shared read: the zombie is a node whose reader group
+// gave its partitions away, and its cursors commit under a consumer group
+// with no member, which Kafka cannot fence. Its ownership lease and the
+// tracker's epoch must: no commit backwards or past an unacked offset, no
+// state written over the new owner's, no record repeated.
+func TestFaultSharedReadZombieIsFenced(t *testing.T) {
+	testZombieIsFenced(t, "shared-read-zombie", []string{"--shared-read"})
+}
+
+func testZombieIsFenced(t *testing.T, name string, flags []string) {
 	const records, rate = 30_000, 600
 	const slowFor = 3 * time.Second
 	var slow atomic.Int32
 	slow.Store(-1)
-	c := newCluster(t, "zombie", clusterConfig{latency: func(d *testutil.Delivery) time.Duration {
+	c := newCluster(t, name, clusterConfig{flags: flags, latency: func(d *testutil.Delivery) time.Duration {
 		if d.Partition == slow.Load() {
 			return slowFor
 		}

@@ -10,6 +10,7 @@
 //	go build -o /tmp/keyhook ./cmd/keyhook
 //	export "$(scripts/kafka.sh start | tail -n 1)"; redis-server --port 6390 &
 //	go run ./test/bench/idle -bin /tmp/keyhook -redis redis://127.0.0.1:6390/1 -n 100
+//	go run ./test/bench/idle -bin /tmp/keyhook -redis redis://127.0.0.1:6390/2 -n 100 -args --shared-read
 package main
 
 import (
@@ -42,12 +43,13 @@ func main() {
 	settle := flag.Duration("settle", 60*time.Second, "wait after the subscriptions were created")
 	window := flag.Duration("window", 30*time.Second, "the idle CPU is measured over this")
 	addr := flag.String("addr", "127.0.0.1:18480", "the node's HTTP address")
+	extra := flag.String("args", "", "more flags for keyhook serve, space-separated (e.g. --shared-read)")
 	flag.Parse()
 	if *bin == "" || *brokers == "" {
 		fmt.Fprintln(os.Stderr, "idle: -bin and -brokers (or KEYHOOK_TEST_KAFKA_BROKERS) are required")
 		os.Exit(2)
 	}
-	if err := run(*bin, *brokers, *redisURL, *addr, *n, *partitions, *settle, *window); err != nil {
+	if err := run(*bin, *brokers, *redisURL, *addr, strings.Fields(*extra), *n, *partitions, *settle, *window); err != nil {
 		fmt.Fprintln(os.Stderr, "idle:", err)
 		os.Exit(1)
 	}
@@ -59,7 +61,7 @@ type sample struct {
 	cpu                    float64 // CPU seconds per second over the window
 }
 
-func run(bin, brokers, redisURL, addr string, n, partitions int, settle, window time.Duration) error {
+func run(bin, brokers, redisURL, addr string, extra []string, n, partitions int, settle, window time.Duration) error {
 	ctx := context.Background()
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
 	topic := "idle-" + stamp
@@ -80,9 +82,10 @@ func run(bin, brokers, redisURL, addr string, n, partitions int, settle, window 
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "serve", "--kafka-brokers", brokers, "--redis-url", redisURL,
+	args := append([]string{"serve", "--kafka-brokers", brokers, "--redis-url", redisURL,
 		"--http-addr", addr, "--allow-private-endpoints", "--metrics-public",
-		"--config-topic", "_keyhook_config_"+stamp, "--node-id", "idle-"+stamp)
+		"--config-topic", "_keyhook_config_" + stamp, "--node-id", "idle-" + stamp}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "KEYHOOK_BOOTSTRAP_TOKEN="+token)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -128,7 +131,7 @@ func run(bin, brokers, redisURL, addr string, n, partitions int, settle, window 
 		return err
 	}
 	per := func(a, b float64) float64 { return (b - a) / float64(n) }
-	fmt.Printf("binary %s, %d idle subscriptions on one %d-partition topic, node log %s\n", bin, n, partitions, logf.Name())
+	fmt.Printf("binary %s %s, %d idle subscriptions on one %d-partition topic, node log %s\n", bin, strings.Join(extra, " "), n, partitions, logf.Name())
 	fmt.Printf("%-28s %14s %14s %16s\n", "", "no subscription", fmt.Sprintf("%d subscriptions", n), "per subscription")
 	fmt.Printf("%-28s %14.0f %14.0f %16.1f\n", "goroutines", zero.goroutines, idle.goroutines, per(zero.goroutines, idle.goroutines))
 	fmt.Printf("%-28s %14.1f %14.1f %16.3f\n", "RSS (MiB)", zero.rss/(1<<20), idle.rss/(1<<20), per(zero.rss, idle.rss)/(1<<20))

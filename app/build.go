@@ -224,6 +224,9 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			Tuning:       cfg.Tuning,
 			Redrives:     a.redrives,
 			Health:       a.monitor,
+			CursorDetached: func(sub, topic string, partition int32, behind int64, reason string) {
+				a.events.Emit(events.SubscriptionCursorDetached(sub, events.CursorDetached{Topic: topic, Partition: partition, Behind: behind, Reason: reason}))
+			},
 			// Deleted subscriptions leave /metrics with their consumers.
 			ForgetSubscription: a.tel.ForgetSubscription,
 			Logger:             log,

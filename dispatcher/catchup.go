@@ -35,9 +35,19 @@ type cursorSource struct {
 	// batches brings what the pass read; its one slot holds the pass back
 	// while the machine has no room.
 	batches chan catchupBatch
-	// detaches counts the times the worker left the shared stream.
+	// detaches counts the times the worker left the shared stream;
+	// noticed is when the last one was told of (Config.CursorDetached).
 	detaches int64
+	noticed  time.Time
 }
+
+// detachNoticeEvery bounds how often a partition's cursor falling behind
+// is told of: a slow endpoint detaches it again at every rejoin.
+const detachNoticeEvery = 10 * time.Minute
+
+// whyWindowFull is why a cursor that cannot keep up detaches.
+const whyWindowFull = "window full: the subscription delivers slower than the shared read"
+
 
 type catchupPass struct {
 	id     uint64
@@ -74,7 +84,11 @@ func (w *worker) takeShared(rs []*kgo.Record) {
 		return
 	}
 	if w.m.Paused() && w.m.Backlog() > 0 {
-		w.detach("window full")
+		w.detach(whyWindowFull)
+		if n := w.g.n.cfg.CursorDetached; n != nil && time.Since(w.src.noticed) >= detachNoticeEvery {
+			w.src.noticed = time.Now()
+			n(w.g.sub.ID, w.tp.topic, w.tp.partition, max(rs[len(rs)-1].Offset+1-w.src.offered, 0), whyWindowFull)
+		}
 		return
 	}
 	w.offerRecords(rs)

@@ -132,6 +132,13 @@ type Config struct {
 	// value_format or key_format is avro, protobuf or json_schema wait,
 	// unacked, for a node that has one.
 	Schemas recordexpr.SchemaDecoders
+	// CursorDetached, when not nil, is told when a subscription's cursor
+	// falls behind the shared read of a partition (SharedRead) because
+	// its window is full, at most once per partition every
+	// detachNoticeEvery; a cursor starting behind the reader is not
+	// told of. It runs on the partition's worker and must not block
+	// (events.Emitter.Emit).
+	CursorDetached func(subscription, topic string, partition int32, behind int64, reason string)
 	// Health, when not nil, is told each attempt's outcome of the
 	// subscriptions that set disable_after, and each dead letter
 	// (monitor.Monitor: automatic pause, the dead-letter threshold).

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,8 +98,15 @@ func TestSharedReadLaggingSubscriptionDoesNotHoldTheOthers(t *testing.T) {
 	fastSub := newSub("lag-fast", "lag", fast.URL, subscription.OrderKey, 64)
 	slowSub := newSub("lag-slow", "lag", slow.URL, subscription.OrderKey, 4)
 	metrics := sdkmetric.NewManualReader()
+	var noticeMu sync.Mutex
+	notices := map[string]int{}
 	startNode(t, brokers, rdb, []*subscription.Subscription{fastSub, slowSub}, func(c *dispatcher.Config) {
 		sharedRead(metrics, 100)(c)
+		c.CursorDetached = func(sub, topic string, partition int32, behind int64, reason string) {
+			noticeMu.Lock()
+			defer noticeMu.Unlock()
+			notices[fmt.Sprintf("%s %s/%d", sub, topic, partition)]++
+		}
 		// Without parking the slow subscription's window fills and stays
 		// full (with it, its keys would park their tails by offset and
 		// take the stream all the same).
@@ -123,6 +131,16 @@ func TestSharedReadLaggingSubscriptionDoesNotHoldTheOthers(t *testing.T) {
 	if d := testutil.Int64Metric(t, metrics, "keyhook.cursor.detaches"); d == 0 {
 		t.Errorf("no cursor left the shared read, want the slow one to")
 	}
+	noticeMu.Lock()
+	for what, times := range notices {
+		if what != "lag-slow lag/0" && what != "lag-slow lag/1" || times != 1 {
+			t.Errorf("told %d times of %s falling behind, want once and only of lag-slow's partitions", times, what)
+		}
+	}
+	if len(notices) == 0 {
+		t.Errorf("never told of the slow subscription falling behind (Config.CursorDetached)")
+	}
+	noticeMu.Unlock()
 	slow.WaitAcked(t, n, 3*time.Minute)
 	if c := testutil.Int64Metric(t, metrics, "keyhook.records.caught_up"); c == 0 {
 		t.Errorf("no record was read on a catch-up, want the slow subscription's")

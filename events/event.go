@@ -24,8 +24,8 @@ const (
 	TypeDeadLettersThreshold = "deadletters.threshold_exceeded"
 	// TypeCursorDetached: a subscription's cursor fell behind the shared
 	// reader of its topics and catches up on a reader of its own
-	// ([CursorDetached]). Defined for the shared-read change; nothing
-	// emits it yet.
+	// ([CursorDetached]): the dispatcher's Config.CursorDetached, at most
+	// once per partition every ten minutes.
 	TypeCursorDetached = "cursor.detached"
 )
 

@@ -48,7 +48,6 @@ const detachNoticeEvery = 10 * time.Minute
 // whyWindowFull is why a cursor that cannot keep up detaches.
 const whyWindowFull = "window full: the subscription delivers slower than the shared read"
 
-
 type catchupPass struct {
 	id     uint64
 	cancel context.CancelFunc

@@ -23,7 +23,9 @@ func smallLatency(d *testutil.Delivery) time.Duration {
 // killed node is restarted at once, so three stay. Nothing is lost, keys
 // stay in order, the commit never passes an unacked offset, and duplicates
 // stay within what was in flight or unflushed at each kill.
-func TestFaultKill9EveryFiveSeconds(t *testing.T) { testKill9EveryFiveSeconds(t, "kill9", 100_000, nil) }
+func TestFaultKill9EveryFiveSeconds(t *testing.T) {
+	testKill9EveryFiveSeconds(t, "kill9", 100_000, nil)
+}
 
 // The same with the shared read, on fewer records.
 func TestFaultSharedReadKill9EveryFiveSeconds(t *testing.T) {

@@ -86,6 +86,9 @@ type Subscription struct {
 	Signing Signing `json:"signing,omitzero"`
 	// Batch groups records into one request (off by default).
 	Batch Batch `json:"batch,omitzero"`
+	// RateLimit bounds the subscription's requests per second over every
+	// node together (off by default).
+	RateLimit RateLimit `json:"rate_limit,omitzero"`
 	// ValueFormat and KeyFormat decode record values and keys: "bytes"
 	// (the default: as they are) or "json" (see recordexpr).
 	ValueFormat string `json:"value_format,omitempty"`

@@ -284,6 +284,9 @@ func showSubscription(c *apiClient, data []byte, stdout io.Writer) error {
 	row("ENDPOINT", s.Endpoint.URL)
 	row("ORDERING", string(s.Ordering))
 	row("MAX IN FLIGHT", strconv.Itoa(s.MaxInFlight))
+	if r := s.RateLimit; r.Enabled() {
+		row("RATE LIMIT", fmt.Sprintf("%d/s, burst %d", r.PerSecond, r.BurstOrDefault()))
+	}
 	row("START", string(s.Start))
 	dlt := s.DeadLetterTopic
 	if dlt == "" {

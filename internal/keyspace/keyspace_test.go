@@ -33,6 +33,7 @@ func TestKeysKeepTheirNames(t *testing.T) {
 		{"redrive index", Keyspace{}, func(k Keyspace) string { return k.RedriveIndex("sub-1") }, "keyhook:redrive:{sub-1}"},
 		{"cleanups", Keyspace{Prefix: "kh"}, Keyspace.Cleanups, "kh:cleanups"},
 		{"nodes", Keyspace{}, Keyspace.Nodes, "keyhook:nodes"},
+		{"rate limit", Keyspace{}, func(k Keyspace) string { return k.RateLimit("sub-1") }, "keyhook:ratelimit:{sub-1}"},
 		{"nodes, custom prefix", Keyspace{Prefix: "kh:test"}, Keyspace.Nodes, "kh:test:nodes"},
 	} {
 		if got := tt.got(tt.ks); got != tt.want {

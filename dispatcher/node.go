@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keyhook/keyhook/breaker"
 	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
@@ -71,6 +72,11 @@ type Node struct {
 	// loops commit, read the topics and poll the redrive queues of every
 	// group, one goroutine each for the node.
 	loops *loops
+	// breakers are the node's circuit breakers, one per endpoint origin
+	// (off unless BreakerFailures is set); rateTokens hands out the
+	// tokens of rate-limited subscriptions.
+	breakers   *breaker.Set
+	rateTokens RateTokens
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -110,6 +116,13 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
 	n.loops = newLoops(n)
+	if n.breakers, err = newBreakers(n); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	n.rateTokens = cfg.RateTokens
+	if n.rateTokens == nil {
+		n.rateTokens = newLocalTokens()
+	}
 	tel, err := newTelemetry(n)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: telemetry: %w", err)

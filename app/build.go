@@ -21,6 +21,7 @@ import (
 	"github.com/keyhook/keyhook/deadletter"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/nodes"
+	"github.com/keyhook/keyhook/ratelimit"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/telemetry"
 	"github.com/keyhook/keyhook/tracking"
@@ -183,12 +184,18 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if deps.Subscriptions != nil {
 			subs = deps.Subscriptions
 		}
+		// Rate limits are shared by every node through Redis.
+		rateTokens, err := ratelimit.New(a.rdb, "")
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		a.node, err = dispatcher.New(dispatcher.Config{
 			NodeID:       cfg.NodeID,
 			Brokers:      cfg.Brokers,
 			KafkaOptions: deps.KafkaOptions,
 			Tuning:       cfg.Tuning,
 			Redrives:     a.redrives,
+			RateTokens:   rateTokens,
 			// Deleted subscriptions leave /metrics with their consumers.
 			ForgetSubscription: a.tel.ForgetSubscription,
 			Logger:             log,

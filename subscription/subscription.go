@@ -156,6 +156,20 @@ func (s *Subscription) DeadLetterTopicFor(topic string) string {
 type Status struct {
 	SubscriptionID string            `json:"subscription_id"`
 	Partitions     []PartitionStatus `json:"partitions"`
+	// Breakers are the nodes whose circuit breaker of the endpoint's
+	// origin is not closed, as they last published it.
+	Breakers []EndpointBreaker `json:"breakers,omitempty"`
+}
+
+// EndpointBreaker is one node's circuit breaker of a subscription's
+// endpoint origin, open or half-open.
+type EndpointBreaker struct {
+	Node   string `json:"node"`
+	Origin string `json:"origin"`
+	// State is "open" or "half-open".
+	State   string    `json:"state"`
+	Since   time.Time `json:"since"`
+	Waiting int       `json:"waiting"`
 }
 
 // PartitionStatus joins what Kafka knows (commit, log end) with what the

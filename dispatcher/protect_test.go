@@ -246,3 +246,36 @@ func TestRateLimitFallsBackToTheNodesShareWhenTokensFail(t *testing.T) {
 	}
 	checkDelivered(t, sink, "fallback", ends)
 }
+
+// Time a delivery waits behind an open breaker is not counted against its
+// retry budget: with max_elapsed_ms far below the outage, no record is
+// dead-lettered, every one is delivered once the endpoint is back.
+func TestBreakerWaitSpendsNoRetryBudget(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "budget")
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	var recovered atomicTime
+	sink.Status = func(*testutil.Delivery) int {
+		if recovered.set() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	}
+	const n, interval = 20, 300 * time.Millisecond
+	ends := produce(t, brokers, "budget", n, func(i int) string { return fmt.Sprintf("k%d", i) }, func(int) int32 { return 0 })
+	sub := newSub("budget", "budget", sink.URL, subscription.OrderKey, 4)
+	sub.DeadLetterTopic = "" // dead letters on: a spent budget would show
+	sub.Retry.MaxElapsedMS = 1000
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) {
+		c.BreakerFailures, c.BreakerInterval = 2, interval
+	})
+	time.Sleep(3 * time.Second) // three budgets, ten probes
+	recovered.store(time.Now())
+	sink.WaitAcked(t, n, 30*time.Second)
+	for _, g := range h.node.Stats() {
+		if g.DeadLettered != 0 {
+			t.Errorf("%d records dead-lettered: the wait behind the breaker spent their retry budget", g.DeadLettered)
+		}
+	}
+	checkDelivered(t, sink, "budget", ends)
+}

@@ -46,10 +46,11 @@ type rateGate struct {
 	queue []queued
 	// admitted are the tasks a token was taken for, until they run.
 	admitted map[task]struct{}
-	// started is set once the pump runs; stop ends it.
-	started bool
-	stop    context.CancelFunc
-	kick    chan struct{}
+	// started is set once the pump runs; stop ends it. closed is set by
+	// close: no pump starts after, and what comes stops.
+	started, closed bool
+	stop            context.CancelFunc
+	kick            chan struct{}
 	// localUntil is until when the pump limits alone, the shared tokens
 	// having failed; local is that limit. The pump's own.
 	localUntil time.Time
@@ -75,7 +76,7 @@ func (r *rateGate) admit(t task) bool {
 		r.mu.Unlock()
 		return true
 	}
-	if t.owner().noRetries.Load() {
+	if t.owner().noRetries.Load() || r.closed {
 		r.mu.Unlock()
 		t.stop()
 		return false
@@ -104,13 +105,23 @@ func (r *rateGate) start() {
 	}()
 }
 
-// close stops the pump; the pool waits for it.
+// close stops the pump, which the pool waits for, and the tasks still
+// queued, as the pool stops those whose timer fires after it closed.
 func (r *rateGate) close() {
 	r.mu.Lock()
+	r.closed = true
 	if r.stop != nil {
 		r.stop()
 	}
+	queued := r.queue
+	r.queue = nil
+	for _, q := range queued {
+		r.p.g.retrying.Add(-q.t.size())
+	}
 	r.mu.Unlock()
+	for _, q := range queued {
+		q.t.stop()
+	}
 }
 
 // pump takes tokens while tasks wait.

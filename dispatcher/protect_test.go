@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/keyhook/keyhook/breaker"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/ratelimit"
@@ -145,12 +149,24 @@ func TestBreakerHoldsADownEndpointToOneProbePerInterval(t *testing.T) {
 	ends := produce(t, brokers, "down", 2*keys, key, func(int) int32 { return 0 })
 	sdown := newSub("down", "down", down.URL, subscription.OrderKey, 16)
 	sup := newSub("up", "up", up.URL, subscription.OrderKey, 16)
-	startNode(t, brokers, rdb, []*subscription.Subscription{sdown, sup}, func(c *dispatcher.Config) {
+	reader := sdkmetric.NewManualReader()
+	var logs syncBuffer
+	var transitions atomic.Int64
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{sdown, sup}, func(c *dispatcher.Config) {
 		c.BreakerFailures, c.BreakerInterval = failures, interval
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.OnBreakerTransition = func(breaker.Transition) { transitions.Add(1) }
 	})
 	testutil.WaitFor(t, 30*time.Second, "the breaker open", func() bool { return len(down.Deliveries()) >= failures })
 	time.Sleep(interval) // attempts in flight when it opened are answered
 	opened := time.Now()
+	if bs := h.node.Breakers(); len(bs) != 1 || !strings.HasPrefix(down.URL, bs[0].Origin) || bs[0].Waiting == 0 {
+		t.Errorf("the node's breakers while the endpoint is down: %+v, want its origin, with deliveries waiting", bs)
+	}
+	if st := testutil.Int64Metric(t, reader, "keyhook.breaker.state"); st < int64(breaker.HalfOpen) {
+		t.Errorf("keyhook.breaker.state = %d while the endpoint is down, want half-open (1) or open (2)", st)
+	}
 	upEnds := produce(t, brokers, "up", 100, key, func(int) int32 { return 0 })
 	const outage = 4 * time.Second
 	time.Sleep(outage)
@@ -197,6 +213,14 @@ func TestBreakerHoldsADownEndpointToOneProbePerInterval(t *testing.T) {
 		}
 	}
 	checkDelivered(t, down, "down", ends)
+	// Every transition is logged once, counted once, and told to the hook:
+	// each open is followed by one half-open, the last by the close.
+	opens := int64(strings.Count(logs.String(), `msg="circuit breaker open"`))
+	closes := int64(strings.Count(logs.String(), `msg="circuit breaker closed"`))
+	counted := testutil.Int64Metric(t, reader, "keyhook.breaker.transitions")
+	if closes != 1 || opens < 1 || counted != transitions.Load() || counted != 2*opens+closes {
+		t.Errorf("%d open and %d closed log lines, %d transitions counted, %d told to the hook; want one line per transition (open, half-open per probe, one close)", opens, closes, counted, transitions.Load())
+	}
 	if v := down.KeyOrderViolations(); len(v) > 0 {
 		t.Errorf("per-key order violations: %v", v)
 	}

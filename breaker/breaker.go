@@ -115,6 +115,17 @@ func (b *Breaker) Allow(wake func()) (Pass, bool) {
 	return p, ok
 }
 
+// TryAllow is Allow without waiting: false leaves no wake behind.
+func (b *Breaker) TryAllow() (Pass, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok, ch := b.m.allow(b.cfg.Now())
+	// A move to half-open here gives this caller the probe: the waiters
+	// wait for its verdict.
+	b.note(ch)
+	return p, ok
+}
+
 // Report takes the verdict of p's attempt; why says what failed (a
 // status, an error).
 func (b *Breaker) Report(p Pass, v Verdict, why string) {

@@ -197,6 +197,10 @@ func (p *pool) run(t task) {
 // breaker half-opens or closes and wakes it. t is among the waiting
 // before the breaker is asked, so a wake that comes at once finds it.
 func (p *pool) pass(t task) (*breakerPass, bool) {
+	// Closed, as it is nearly always: no waiting to register.
+	if bp, ok := p.br.TryAllow(); ok {
+		return &breakerPass{b: p.br, p: bp}, true
+	}
 	w := t.owner()
 	p.mu.Lock()
 	if w.noRetries.Load() {

@@ -541,10 +541,18 @@ func decodeSubscription(body []byte) (*subscription.Subscription, []subscription
 }
 
 // finish normalizes sub and returns the validation problem of its fields
-// and of roErrs, or nil when there is none.
-func finish(sub *subscription.Subscription, roErrs []subscription.FieldError) *problem {
+// and of roErrs, or nil when there is none. A format decoded with a
+// Schema Registry's schemas is refused when the node has none
+// (registry false).
+func finish(sub *subscription.Subscription, roErrs []subscription.FieldError, registry bool) *problem {
 	sub.Normalize()
 	errs := append(append([]subscription.FieldError(nil), roErrs...), sub.Validate()...)
+	if !registry {
+		for _, f := range sub.NeedsSchemaRegistry() {
+			errs = append(errs, subscription.FieldError{Field: f,
+				Message: "needs a schema registry, and this node has none: start keyhook with --schema-registry-url (KEYHOOK_SCHEMA_REGISTRY_URL)"})
+		}
+	}
 	if len(errs) > 0 {
 		return validationProblem(errs)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/keyhook/keyhook/control"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/nodes"
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
 	"github.com/keyhook/keyhook/webhooks"
@@ -263,6 +264,8 @@ type envOptions struct {
 	brokenStore bool
 	// configLog, when set, is the store's config log.
 	configLog subscription.ConfigLog
+	// tester are the test deliveries' decoding options (a registry).
+	tester []recordexpr.Option
 }
 
 func newEnv(t testing.TB) *env { return newEnvWith(t, envOptions{}) }
@@ -335,7 +338,7 @@ func newEnvWith(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.CloseIdleConnections)
-	tester, err := NewWebhookTester(client)
+	tester, err := NewWebhookTester(client, o.tester...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,6 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/keyhook/keyhook/recordexpr"
+	"github.com/keyhook/keyhook/schemas"
 )
 
 // problemOf decodes a problem+json answer, failing t unless it is one
@@ -32,7 +40,9 @@ func TestFilterCompileErrorsNameTheField(t *testing.T) {
 		{`{` + base + `,"filter":"key =="}`, "filter", "filter:1:"},
 		{`{` + base + `,"filter":"value.type == 'x'"}`, "filter", "does not support field selection"},
 		{`{` + base + `,"value_format":"json","transform":"offset"}`, "transform", "must yield a map"},
-		{`{` + base + `,"value_format":"avro"}`, "value_format", "not supported yet"},
+		{`{` + base + `,"value_format":"avro"}`, "value_format", "--schema-registry-url"},
+		{`{` + base + `,"key_format":"protobuf"}`, "key_format", "--schema-registry-url"},
+		{`{` + base + `,"value_format":"xml"}`, "value_format", "must be one of"},
 		{`{` + base + `,"on_filter_error":"drop"}`, "on_filter_error", "must be one of"},
 	} {
 		p := problemOf(t, e.do(t, http.MethodPost, "/v1/subscriptions", tc.body), http.StatusBadRequest)
@@ -89,5 +99,55 @@ func TestTestDeliveryFiltersAndTransforms(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 2 {
 		t.Errorf("endpoint got %d requests %q, want 2 (a filtered test sends none)", len(got), got)
+	}
+}
+
+// With a Schema Registry, an avro subscription is accepted, and POST
+// /test decodes a wire-format sample (value_base64) with the registry's
+// schema before filtering and transforming it; a sample whose schema id
+// the registry does not know says so.
+func TestTestDeliveryDecodesAvroWithTheRegistry(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	const schema = `{"type":"record","name":"Order","fields":[{"name":"order_id","type":"string"},{"name":"status","type":"string"}]}`
+	id, _, err := reg.RegisterSchema("orders-value", sr.Schema{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry, err := schemas.New(schemas.Config{URL: reg.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer registry.Close()
+	e := newEnvWith(t, envOptions{config: func(c *Config) { c.SchemaRegistry = true }, tester: []recordexpr.Option{recordexpr.WithSchemas(registry)}})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(srv.Close)
+	sub := e.create(t, `{"name":"n","topics":["orders"],"endpoint":{"url":"`+srv.URL+`"},"value_format":"avro","filter":"value.status == 'PAID'","transform":"{'id': value.order_id}"}`)
+	wire := func(id int, status string) string {
+		b, err := avro.Marshal(avro.MustParse(schema), map[string]any{"order_id": "o-1", "status": status})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h sr.ConfluentHeader
+		out, _ := h.AppendEncode(nil, id, nil)
+		return base64.StdEncoding.EncodeToString(append(out, b...))
+	}
+	test := func(value string) TestResult {
+		r := e.send(t, req{method: http.MethodPost, path: "/v1/subscriptions/" + sub.ID + "/test", token: e.writer,
+			body: `{"value_base64":"` + value + `"}`, header: map[string]string{"Content-Type": "application/json"}})
+		var res TestResult
+		if r.status != http.StatusOK || json.Unmarshal(r.body, &res) != nil {
+			t.Fatalf("POST /test = %d %s", r.status, r.body)
+		}
+		return res
+	}
+	if res := test(wire(id, "PAID")); !res.Success || res.Body != `{"id":"o-1"}` {
+		t.Errorf("a paid order: %+v, want delivered with the transformed body", res)
+	}
+	if res := test(wire(id, "NEW")); !res.Filtered {
+		t.Errorf("a new order: %+v, want filtered", res)
+	}
+	if res := test(wire(999, "PAID")); res.Success || !strings.Contains(res.Error, "schema id 999 is unknown") {
+		t.Errorf("an unknown schema id: %+v, want the error", res)
 	}
 }

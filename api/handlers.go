@@ -70,7 +70,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub.Endpoint.KeepCredentials = false // nothing to keep on create
-	if p := finish(sub, roErrs); p != nil {
+	if p := finish(sub, roErrs, h.cfg.SchemaRegistry); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -333,7 +333,7 @@ func (h *handlers) complete(r *http.Request, cur, next *subscription.Subscriptio
 		h.log.ErrorContext(r.Context(), "api: signing secret", "error", err)
 		return nil, newProblem(http.StatusInternalServerError, slugInternal, "the request could not be completed; it has been logged")
 	}
-	if p := finish(next, roErrs); p != nil {
+	if p := finish(next, roErrs, h.cfg.SchemaRegistry); p != nil {
 		return nil, p
 	}
 	if !keepCredentials {

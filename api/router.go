@@ -177,6 +177,11 @@ type Config struct {
 	MetricsPublic bool
 	// Now is the clock, for ages in status answers. Default time.Now.
 	Now func() time.Time
+	// SchemaRegistry says the node has a Schema Registry
+	// (--schema-registry-url): without one, a subscription whose
+	// value_format or key_format is avro, protobuf or json_schema is
+	// refused with 400 naming the field.
+	SchemaRegistry bool
 }
 
 // NewRouter returns the HTTP handler of the whole API, as openapi.yaml

@@ -22,6 +22,8 @@ import (
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/ratelimit"
+	"github.com/keyhook/keyhook/recordexpr"
+	"github.com/keyhook/keyhook/schemas"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/telemetry"
 	"github.com/keyhook/keyhook/tracking"
@@ -161,6 +163,20 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	policy := webhooks.AddressPolicy{AllowPrivate: cfg.AllowPrivateEndpoints}
+	// One registry client and schema cache for the node's dispatcher and
+	// API; closed after both stopped.
+	var decoders recordexpr.SchemaDecoders // nil: none
+	if cfg.SchemaRegistry.URL != "" {
+		rc := cfg.SchemaRegistry
+		rc.Logger, rc.MeterProvider = log, meter
+		reg, err := schemas.New(rc)
+		if err != nil {
+			return nil, &FieldError{Field: "SchemaRegistry", Err: err}
+		}
+		a.closers = append(a.closers, reg.Close)
+		decoders = reg
+		log.Info("schema registry", "url", reg.URL())
+	}
 
 	if cfg.Roles.Has(RoleDispatcher) {
 		// One set of per-origin limiters for every subscription of the node.
@@ -202,6 +218,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			MeterProvider:      meter,
 			TracerProvider:     a.tel.Tracer,
 			Propagator:         a.tel.Propagator,
+			Schemas:            decoders,
 		}, subs, a.sender, a.tracker)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
@@ -241,7 +258,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
-		tester, err := api.NewWebhookTester(a.apiSender)
+		tester, err := api.NewWebhookTester(a.apiSender, recordexpr.WithSchemas(decoders))
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
@@ -249,9 +266,10 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 			Store: a.subs, URLs: policy, Status: status, Seeker: seeker, Starts: starts, DeadLetters: a.deadLetters,
 			Tester: tester, Nodes: a.registry, Auth: a.tokens, Cleanup: a.cleaner, Keys: control.NewKeyReader(adm, a.tracker),
 		}, api.Config{
-			Logger:        log,
-			Metrics:       a.tel.Metrics,
-			MetricsPublic: cfg.MetricsPublic,
+			Logger:         log,
+			Metrics:        a.tel.Metrics,
+			MetricsPublic:  cfg.MetricsPublic,
+			SchemaRegistry: cfg.SchemaRegistry.URL != "",
 			ReadinessChecks: map[string]api.ReadinessCheck{
 				"redis": func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() },
 				"kafka": a.admClient.Ping,

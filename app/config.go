@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/schemas"
 )
 
 // Role is a part of a node that a process runs.
@@ -66,6 +67,11 @@ type Config struct {
 	// MetricsPublic serves /metrics without a token; by default it needs
 	// one with the metrics (or admin) scope.
 	MetricsPublic bool
+	// SchemaRegistry is the node's Schema Registry (connect.SchemaRegistry
+	// builds it from the flags); no URL means none, and subscriptions of
+	// the avro, protobuf and json_schema formats are refused. The
+	// dispatcher decodes with it and the API's test deliveries too.
+	SchemaRegistry schemas.Config
 	// MetricsToken, when set, is made an API token with the metrics scope
 	// at Build (idempotent), for the scraper.
 	MetricsToken string

@@ -31,8 +31,9 @@ type Endpoint struct {
 }
 
 // New resolves sub for delivery. defaults fills the retry policy fields
-// the subscription leaves at zero (the node's configuration).
-func New(sub *subscription.Subscription, defaults webhooks.RetryPolicy) *Endpoint {
+// the subscription leaves at zero (the node's configuration); opts are
+// the node's for decoding (recordexpr.WithSchemas, its Schema Registry).
+func New(sub *subscription.Subscription, defaults webhooks.RetryPolicy, opts ...recordexpr.Option) *Endpoint {
 	f := webhooks.Format(sub.Format)
 	if sub.Batch.Enabled() {
 		// A batching endpoint reads envelopes; a record sent alone (a
@@ -48,7 +49,7 @@ func New(sub *subscription.Subscription, defaults webhooks.RetryPolicy) *Endpoin
 		now:     time.Now,
 	}
 	if spec := sub.RecordSpec(); !spec.Empty() {
-		e.expr, e.exprErr = recordexpr.Compile(spec)
+		e.expr, e.exprErr = recordexpr.Compile(spec, opts...)
 	}
 	return e
 }

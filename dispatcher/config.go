@@ -14,6 +14,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keyhook/keyhook/breaker"
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -138,6 +139,11 @@ type Config struct {
 	// and the reason), after it is logged and counted. It is called under
 	// the breaker's lock: it must not block (an events emitter queues).
 	OnBreakerTransition func(breaker.Transition)
+	// Schemas, when not nil, decodes the Schema Registry formats
+	// (schemas.Registry). Without it, records of a subscription whose
+	// value_format or key_format is avro, protobuf or json_schema wait,
+	// unacked, for a node that has one.
+	Schemas recordexpr.SchemaDecoders
 	// ForgetSubscription, when not nil, is called once the group of a
 	// deleted subscription stopped on this node, so that the node's
 	// metrics drop its series (telemetry.Providers.ForgetSubscription).

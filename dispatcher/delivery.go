@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keyhook/keyhook/deadletter"
+	"github.com/keyhook/keyhook/delivery"
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -62,6 +65,11 @@ type flight struct {
 	ended *webhooks.Result
 	// last is the last result, for the span when the flight is stopped.
 	last webhooks.Result
+	// pending is the error of a record whose schema is not cached yet
+	// (recordexpr.ErrNotReady): step shapes it again after pendingWait,
+	// which grows up to the policy's longest backoff.
+	pending     error
+	pendingWait time.Duration
 	// acked is the flight's result once it is done.
 	acked bool
 	// before counts the attempts of earlier rounds (a key blocked with
@@ -83,15 +91,43 @@ func (g *group) newFlight(w *worker, rec *record, ended *webhooks.Result) *fligh
 	f.id = DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
 	f.ctx, f.span = g.startDelivery(w.attemptCtx, rec, f.id)
 	fillMessage(&f.msg, f.attrs[:0], f.headers[:0], g.sub, rec.Payload, f.id, g.opts.source(rec.Payload.Topic))
-	if f.reqErr = g.shape(&f.msg, rec.Payload); f.reqErr == nil {
+	f.prepare()
+	return f
+}
+
+// prepare shapes the message and renders its request. A record whose
+// schema is not cached yet is left pending: step tries again with
+// backoff, off the worker's goroutine and without holding a pool slot,
+// until the registry answers; never dead-lettered for it.
+func (f *flight) prepare() {
+	g := f.g
+	err := g.shape(&f.msg, f.rec.Payload)
+	if recordexpr.IsNotReady(err) {
+		f.pending = err
+		return
+	}
+	f.pending = nil
+	if f.reqErr = err; f.reqErr == nil {
 		f.req, f.reqErr = g.ep.Render(&f.msg)
 	}
 	// The endpoint continues the delivery's trace: the sender writes the
 	// trace context of f.ctx, or of its attempt span, into each attempt.
 	if f.req != nil && f.span.IsRecording() {
-		f.req.SpanAttributes = attemptAttrs(g, rec, f.id)
+		f.req.SpanAttributes = attemptAttrs(g, f.rec, f.id)
 	}
-	return f
+}
+
+// waitForSchema shapes a pending record again: the wait before the next
+// try while its schema is still not cached, shown in the partition's
+// status like a retry.
+func (f *flight) waitForSchema() (time.Duration, bool) {
+	if f.prepare(); f.pending == nil {
+		f.pendingWait = 0
+		return 0, false
+	}
+	f.pendingWait = min(max(2*f.pendingWait, 100*time.Millisecond), f.policy.WithDefaults().MaxInterval)
+	f.note(webhooks.Result{Last: webhooks.Attempt{Err: f.pending}}, f.pendingWait, true)
+	return f.pendingWait, true
 }
 
 func (f *flight) owner() *worker        { return f.w }
@@ -111,6 +147,28 @@ func (f *flight) step() (time.Duration, bool) {
 	if f.w.deliverCtx.Err() != nil {
 		f.stop()
 		return 0, true
+	}
+	if f.pending != nil {
+		wait, more := f.waitForSchema()
+		switch {
+		case !more:
+		case f.rec.Expiring() && g.sub.DeadLetterTopicFor(f.rec.Payload.Topic) != "":
+			// The registry has not answered for as long as the topic
+			// keeps records: dead-lettered, undecoded, before retention
+			// deletes it, like a record whose endpoint failed as long.
+			f.reqErr, f.pending = fmt.Errorf("%w (%w)", errRetention, f.pending), nil
+		default:
+			return wait, false
+		}
+	}
+	if errors.Is(f.reqErr, delivery.ErrFiltered) {
+		// Its schema was not cached when the worker read it: the filter
+		// decided only now. Acked unsent, like a record filtered there.
+		g.filtered.Add(1)
+		g.tel.filtered.Add(f.ctx, 1, g.opts.subAdd...)
+		f.span.SetAttributes(attrOutcome.String("filtered"))
+		f.span.End()
+		return 0, f.done(true)
 	}
 	var res webhooks.Result
 	switch {

@@ -15,8 +15,11 @@ import (
 // lets the record through; with on_filter_error "dead_letter" its
 // delivery evaluates it again and dead-letters it with the error (see
 // delivery.Endpoint.Shape), and a value that does not decode is
-// dead-lettered there whatever the setting. Either way nothing is dropped
-// and nothing stalls. It runs on the worker's goroutine.
+// dead-lettered there whatever the setting. A record of a registry format
+// whose schema is not cached yet passes too (the decoder started the
+// fetch; it never waits here): its delivery waits for the schema and
+// evaluates the filter then (delivery.ErrFiltered). Either way nothing is
+// dropped and nothing stalls. It runs on the worker's goroutine.
 func (g *group) filter(r partition.Record[*kgo.Record]) partition.Record[*kgo.Record] {
 	if r.Control || !g.ep.Filters() {
 		return r

@@ -20,6 +20,7 @@ import (
 	"github.com/keyhook/keyhook/delivery"
 	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
+	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/sharing"
 	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/tracking"
@@ -115,7 +116,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	if err := g.partition.Validate(); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	g.ep = delivery.New(s, n.cfg.Retry)
+	g.ep = delivery.New(s, n.cfg.Retry, recordexpr.WithSchemas(n.cfg.Schemas))
 	dlw, err := g.newDeadLetterWriter()
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)

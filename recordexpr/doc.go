@@ -2,8 +2,9 @@
 // expressions over one record: the filter, which decides whether the record
 // is delivered, and the transform, whose result becomes the body. It owns
 // the decoding of keys and values into what expressions see (formats
-// "bytes" and "json"; a [Decoder] is the seam where Schema Registry formats
-// slot in), the variables expressions read, the cost limit that bounds an
+// "bytes" and "json"; the Schema Registry formats "avro", "protobuf" and
+// "json_schema" through the [Decoder]s a [SchemaDecoders] gives, package
+// schemas), the variables expressions read, the cost limit that bounds an
 // evaluation, and the JSON encoding of a transform's result.
 //
 // It is pure: no Kafka, no Redis, no HTTP. Callers turn their source (a
@@ -19,8 +20,13 @@
 //	headers    map(string, string): the record's headers, the last value of
 //	           a repeated name winning
 //	value      the decoded value: bytes with value_format "bytes" (b"" for a
-//	           tombstone), the JSON value with "json" (null for a tombstone);
-//	           JSON integers are int, other numbers double
+//	           tombstone), the JSON value with "json" and "json_schema"
+//	           (null for a tombstone); JSON integers are int, other numbers
+//	           double; with "avro" records and maps are maps, unions their
+//	           branch's value, enums strings, int and long int, bytes and
+//	           fixed bytes, decimals strings, timestamps timestamps; with
+//	           "protobuf" the proto3 JSON mapping of the message (proto
+//	           field names, 64-bit integers as strings, enums as names)
 //	topic      string
 //	partition  int
 //	offset     int

@@ -24,6 +24,9 @@ const maxDepth = 64
 // with an "s" (as protobuf's JSON mapping writes them).
 func appendJSON(dst []byte, v ref.Val) ([]byte, error) { return appendValue(dst, v, 0) }
 
+// EncodeJSON is v as JSON, as a body is encoded from a decoded value.
+func EncodeJSON(v ref.Val) ([]byte, error) { return appendJSON(nil, v) }
+
 func appendValue(dst []byte, v ref.Val, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("result is nested more than %d deep", maxDepth)

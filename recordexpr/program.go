@@ -1,6 +1,7 @@
 package recordexpr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -71,16 +72,30 @@ type Program struct {
 	transform  cel.Program
 }
 
+// Option changes how Compile builds a Program.
+type Option func(*options)
+
+type options struct{ schemas SchemaDecoders }
+
+// WithSchemas decodes the Schema Registry formats with d. Without it (or
+// with nil) a Program of such a format type-checks but decodes nothing:
+// every record's value is [ErrNotReady].
+func WithSchemas(d SchemaDecoders) Option { return func(o *options) { o.schemas = d } }
+
 // Compile type-checks s and builds its programs. Its error is an *Error
 // naming the field at fault; when several are, the first in the order
 // value_format, key_format, filter, transform.
-func Compile(s Spec) (*Program, error) {
+func Compile(s Spec, opts ...Option) (*Program, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := &Program{spec: s}
 	var err error
-	if p.value, err = decoderFor(s.ValueFormat); err != nil {
+	if p.value, err = decoderFor(s.ValueFormat, o.schemas); err != nil {
 		return nil, &Error{Field: "value_format", Message: err.Error()}
 	}
-	if p.key, err = decoderFor(s.KeyFormat); err != nil {
+	if p.key, err = decoderFor(s.KeyFormat, o.schemas); err != nil {
 		return nil, &Error{Field: "key_format", Message: err.Error()}
 	}
 	env, err := newEnv(s)
@@ -105,6 +120,40 @@ func (p *Program) Spec() Spec { return p.spec }
 
 // HasFilter reports whether p filters records.
 func (p *Program) HasFilter() bool { return p.filter != nil }
+
+// NeedsRegistry reports whether p decodes a key or value with schemas from
+// a Schema Registry: its Filter may then answer [ErrNotReady] for a record
+// whose schema is not at hand yet.
+func (p *Program) NeedsRegistry() bool {
+	return NeedsRegistry(p.spec.ValueFormat) || NeedsRegistry(p.spec.KeyFormat)
+}
+
+// Wait waits, bounded by ctx, until the schemas rec's key and value need
+// are at hand, so that Filter and Render do not answer [ErrNotReady]. Its
+// error wraps ErrDecode when a key or value cannot decode whatever the
+// wait, else it is the registry's or ctx's.
+func (p *Program) Wait(ctx context.Context, rec *Record) error {
+	if w, ok := p.key.(Waiter); ok && rec.Key != nil {
+		if err := w.Wait(ctx, rec.Key); err != nil {
+			return waitError("key", p.spec.KeyFormat, err)
+		}
+	}
+	if w, ok := p.value.(Waiter); ok && rec.Value != nil {
+		if err := w.Wait(ctx, rec.Value); err != nil {
+			return waitError("value", p.spec.ValueFormat, err)
+		}
+	}
+	return nil
+}
+
+// waitError is err of a Waiter: a *DecodeError when the bytes cannot
+// decode, else the wait's own (the registry's, ctx's).
+func waitError(part string, f Format, err error) error {
+	if errors.Is(err, ErrDecode) {
+		return &DecodeError{Part: part, Format: f, Err: err}
+	}
+	return fmt.Errorf("%s: %w", part, err)
+}
 
 func newEnv(s Spec) (*cel.Env, error) {
 	value, key := cel.BytesType, cel.DynType
@@ -213,6 +262,9 @@ type Body struct {
 	// ContentType is the body's media type; "" leaves it to the
 	// subscription and the record's headers (the bytes as they are).
 	ContentType string
+	// Schema names the schema the value was decoded with, "" when it had
+	// none (see [Decoded]).
+	Schema string
 }
 
 // Media types of the bodies Render makes.
@@ -231,20 +283,28 @@ func (p *Program) Render(rec *Record) (Body, error) {
 		if p.value == nil {
 			return Body{Value: rec.Value}, nil
 		}
-		if a.decodeValue(); a.err != nil {
+		v := a.decodeValue()
+		if a.err != nil {
 			return Body{}, a.err
 		}
-		if a.valueJSON == nil {
+		if rec.Value == nil {
 			return Body{}, nil // a tombstone
 		}
-		return Body{Value: a.valueJSON, ContentType: ContentTypeJSON}, nil
+		b := a.valueJSON
+		if b == nil {
+			var err error
+			if b, err = appendJSON(nil, v); err != nil {
+				return Body{}, decodeError("value", p.spec.ValueFormat, err)
+			}
+		}
+		return Body{Value: b, ContentType: ContentTypeJSON, Schema: a.valueSchema}, nil
 	}
 	out, err := eval(p.transform, a)
 	if err != nil {
 		return Body{}, fmt.Errorf("transform: %w", err)
 	}
 	if s, ok := out.(types.String); ok {
-		return Body{Value: []byte(s), ContentType: ContentTypeText}, nil
+		return Body{Value: []byte(s), ContentType: ContentTypeText, Schema: a.valueSchema}, nil
 	}
 	if out.Type() != types.MapType {
 		return Body{}, fmt.Errorf("transform: yielded %s, not a map or a string", out.Type().TypeName())
@@ -253,8 +313,12 @@ func (p *Program) Render(rec *Record) (Body, error) {
 	if err != nil {
 		return Body{}, fmt.Errorf("transform: %w", err)
 	}
-	return Body{Value: b, ContentType: ContentTypeJSON}, nil
+	return Body{Value: b, ContentType: ContentTypeJSON, Schema: a.valueSchema}, nil
 }
 
 // IsDecode reports whether err is a key or value that does not decode.
 func IsDecode(err error) bool { return errors.Is(err, ErrDecode) }
+
+// IsNotReady reports whether err is a key or value whose schema is not at
+// hand yet: the record is to be tried again, not dead-lettered.
+func IsNotReady(err error) bool { return errors.Is(err, ErrNotReady) }

@@ -109,8 +109,8 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		{Spec{Transform: `offset`}, "transform", "must yield a map (sent as JSON) or a string"},
 		{Spec{Transform: `{'a': `}, "transform", "transform:1:"},
 		{Spec{Filter: `value.items.all(a, value.items.all(b, value.items.all(c, a == b && b == c)))`, ValueFormat: FormatJSON}, "filter", "more than the limit"},
-		{Spec{ValueFormat: "avro"}, "value_format", `"avro" is not supported yet`},
-		{Spec{KeyFormat: "protobuf"}, "key_format", `"protobuf" is not supported yet`},
+		{Spec{ValueFormat: "xml"}, "value_format", `"xml" is unknown`},
+		{Spec{KeyFormat: "yaml"}, "key_format", `"yaml" is unknown`},
 	}
 	for _, c := range cases {
 		_, err := Compile(c.spec)
@@ -203,5 +203,23 @@ func TestRender(t *testing.T) {
 				t.Errorf("Render (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestARegistryFormatWithoutARegistryWaits defends a node without a
+// registry: a subscription of a registry format compiles, and its records
+// are not ready (retried), never a decoding failure that would
+// dead-letter them for the node's configuration.
+func TestARegistryFormatWithoutARegistryWaits(t *testing.T) {
+	p, err := Compile(Spec{ValueFormat: FormatAvro, Filter: `value.status == 'PAID'`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &Record{Value: []byte{0, 0, 0, 0, 1, 2}}
+	if _, err := p.Filter(rec); !IsNotReady(err) || IsDecode(err) {
+		t.Fatalf("filter: %v, want not ready", err)
+	}
+	if _, err := p.Render(rec); !IsNotReady(err) || IsDecode(err) || !strings.Contains(err.Error(), "--schema-registry-url") {
+		t.Fatalf("render: %v, want not ready naming --schema-registry-url", err)
 	}
 }

@@ -1,6 +1,8 @@
 package recordexpr
 
 import (
+	"errors"
+	"fmt"
 	"iter"
 	"time"
 
@@ -30,9 +32,10 @@ type activation struct {
 	p   *Program
 	rec *Record
 	// key and value, once decoded; err is the first decoding error.
-	key, value ref.Val
-	valueJSON  []byte
-	err        error
+	key, value  ref.Val
+	valueJSON   []byte
+	valueSchema string
+	err         error
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
@@ -71,7 +74,7 @@ func (a *activation) decodeKey() ref.Val {
 	}
 	d, err := a.p.key.Decode(a.rec.Key)
 	if err != nil {
-		return a.fail(&DecodeError{Part: "key", Format: a.p.spec.KeyFormat, Err: err})
+		return a.fail(decodeError("key", a.p.spec.KeyFormat, err))
 	}
 	return d.Val
 }
@@ -83,12 +86,24 @@ func (a *activation) decodeValue() ref.Val {
 		}
 		return types.Bytes(a.rec.Value)
 	}
+	if a.value != nil {
+		return a.value
+	}
 	d, err := a.p.value.Decode(a.rec.Value)
 	if err != nil {
-		return a.fail(&DecodeError{Part: "value", Format: a.p.spec.ValueFormat, Err: err})
+		return a.fail(decodeError("value", a.p.spec.ValueFormat, err))
 	}
-	a.valueJSON = d.JSON
+	a.value, a.valueJSON, a.valueSchema = d.Val, d.JSON, d.Schema
 	return d.Val
+}
+
+// decodeError is err of a key or value: a *DecodeError, unless the schema
+// is only not at hand yet, which is no decoding failure.
+func decodeError(part string, f Format, err error) error {
+	if errors.Is(err, ErrNotReady) {
+		return fmt.Errorf("%s: %w", part, err)
+	}
+	return &DecodeError{Part: part, Format: f, Err: err}
 }
 
 // fail keeps err as the evaluation's error and returns it as a CEL error,

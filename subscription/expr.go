@@ -23,18 +23,28 @@ func (s *Subscription) RecordSpec() recordexpr.Spec {
 		ValueFormat: recordexpr.Format(s.ValueFormat), KeyFormat: recordexpr.Format(s.KeyFormat)}
 }
 
+// NeedsSchemaRegistry names the fields ("value_format", "key_format") whose
+// format is decoded with schemas from a Schema Registry: a node must have
+// one (--schema-registry-url) to accept the subscription.
+func (s *Subscription) NeedsSchemaRegistry() []string {
+	var fields []string
+	if recordexpr.NeedsRegistry(recordexpr.Format(s.ValueFormat)) {
+		fields = append(fields, "value_format")
+	}
+	if recordexpr.NeedsRegistry(recordexpr.Format(s.KeyFormat)) {
+		fields = append(fields, "key_format")
+	}
+	return fields
+}
+
 // validateRecordExpr checks the formats and compiles the expressions:
 // a filter or transform that does not type-check, or may cost too much,
 // is refused with CEL's message and position.
 func (s *Subscription) validateRecordExpr(add func(field, msg string)) {
 	ok := true
 	for _, f := range []struct{ field, value string }{{"value_format", s.ValueFormat}, {"key_format", s.KeyFormat}} {
-		switch v := recordexpr.Format(f.value); {
-		case !recordexpr.Known(v):
-			add(f.field, `must be one of "bytes", "json"`)
-			ok = false
-		case !recordexpr.Supported(v):
-			add(f.field, `"`+f.value+`" is not supported yet: use "bytes" or "json"`)
+		if !recordexpr.Known(recordexpr.Format(f.value)) {
+			add(f.field, `must be one of "bytes", "json", "avro", "protobuf", "json_schema"`)
 			ok = false
 		}
 	}
@@ -53,8 +63,8 @@ func (s *Subscription) validateRecordExpr(add func(field, msg string)) {
 		case s.Transform != "":
 			add("transform", "cannot be used with batch yet")
 			return
-		case s.ValueFormat == string(recordexpr.FormatJSON):
-			add("value_format", `"json" cannot be used with batch yet`)
+		case s.ValueFormat != "" && s.ValueFormat != string(recordexpr.FormatBytes):
+			add("value_format", `"`+s.ValueFormat+`" cannot be used with batch yet`)
 			return
 		case s.OnFilterError == OnFilterErrorDeadLetter:
 			add("on_filter_error", `"dead_letter" cannot be used with batch yet`)

@@ -16,8 +16,9 @@ func TestValidateRecordExpr(t *testing.T) {
 	}{
 		{func(s *Subscription) { s.Filter = "key ==" }, "filter", "filter:1:"},
 		{func(s *Subscription) { s.Transform = "offset" }, "transform", "must yield a map"},
-		{func(s *Subscription) { s.ValueFormat = "avro" }, "value_format", "not supported yet"},
+		{func(s *Subscription) { s.ValueFormat = "xml" }, "value_format", `must be one of "bytes", "json", "avro", "protobuf", "json_schema"`},
 		{func(s *Subscription) { s.KeyFormat = "xml" }, "key_format", `must be one of "bytes", "json"`},
+		{func(s *Subscription) { s.ValueFormat, s.Batch.MaxRecords = "avro", 10 }, "value_format", `"avro" cannot be used with batch yet`},
 		{func(s *Subscription) { s.OnFilterError = "drop" }, "on_filter_error", "must be one of"},
 	}
 	for _, c := range cases {
@@ -34,5 +35,14 @@ func TestValidateRecordExpr(t *testing.T) {
 	s.ValueFormat, s.Filter, s.Transform, s.OnFilterError = "json", "value.type == 'order.paid'", `{"id": value.id}`, "dead_letter"
 	if errs := s.Validate(); errs != nil {
 		t.Errorf("Validate of a good filter = %+v", errs)
+	}
+	// The registry formats type-check here; whether the node has a
+	// registry is the API's to say (NeedsSchemaRegistry).
+	s.ValueFormat, s.KeyFormat = "avro", "protobuf"
+	if errs := s.Validate(); errs != nil {
+		t.Errorf("Validate of avro and protobuf = %+v", errs)
+	}
+	if got := s.NeedsSchemaRegistry(); strings.Join(got, ",") != "value_format,key_format" {
+		t.Errorf("NeedsSchemaRegistry = %v", got)
 	}
 }

@@ -100,7 +100,7 @@ func ceAttributes(m *Message, ceType string) ([]ceAttribute, error) {
 		return nil, invalidMessage("cloudevents source must be a URI reference")
 	}
 
-	attrs := make([]ceAttribute, 0, 7+len(m.Attributes))
+	attrs := make([]ceAttribute, 0, 8+len(m.Attributes))
 	attrs = append(attrs,
 		ceAttribute{"specversion", ceSpecVersion},
 		ceAttribute{"id", m.ID},
@@ -112,6 +112,12 @@ func ceAttributes(m *Message, ceType string) ([]ceAttribute, error) {
 	}
 	if !m.Time.IsZero() {
 		attrs = append(attrs, ceAttribute{"time", m.Time.UTC().Format(time.RFC3339Nano)})
+	}
+	if m.DataSchema != "" {
+		if !isCEString(m.DataSchema) {
+			return nil, invalidMessage("cloudevents dataschema must not contain control characters")
+		}
+		attrs = append(attrs, ceAttribute{"dataschema", m.DataSchema})
 	}
 	seen := map[string]string{}
 	addExt := func(from, name, value string) error {

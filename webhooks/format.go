@@ -57,6 +57,10 @@ type Message struct {
 	// last header named content-type (any case) that can travel as an HTTP
 	// header is used instead, and failing that application/octet-stream.
 	ContentType string
+	// DataSchema, when set, is the URI of the schema Value was decoded
+	// with (a Schema Registry's /schemas/ids/<id>); it becomes the
+	// CloudEvents dataschema.
+	DataSchema string
 	// ExtensionPrefix starts the name of every CloudEvents extension made
 	// from an attribute: with "kafka", the attribute topic becomes the
 	// extension kafkatopic (header ce-kafkatopic). Lowercase ASCII letters

@@ -32,7 +32,8 @@ func (b *syncBuffer) String() string {
 
 // TestDevPrintsAWorkingToken runs keyhook dev and uses the token and curl
 // line it prints: the wiring of authentication, the node registry and
-// readiness into a running node.
+// readiness into a running node, and of the embedded Schema Registry into
+// the Avro demo subscription.
 func TestDevPrintsAWorkingToken(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
@@ -86,7 +87,7 @@ func TestDevPrintsAWorkingToken(t *testing.T) {
 		if code != http.StatusOK || json.Unmarshal(body, &list) != nil {
 			t.Fatalf("GET with the printed token = %d %s", code, body)
 		}
-		if len(list.Items) == 1 && list.Items[0].Name == "demo" {
+		if len(list.Items) == 2 && list.Items[0].Name+","+list.Items[1].Name == "demo,demo-avro" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -114,5 +115,14 @@ func TestDevPrintsAWorkingToken(t *testing.T) {
 			t.Fatalf("the node never listed itself: %s", body)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The Avro subscription decodes its records with the embedded
+	// registry's schema and filters them: only it has a filter.
+	filtered := regexp.MustCompile(`filtered [1-9]\d* .*orders-avro`)
+	for !filtered.MatchString(out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no summary line with filtered Avro records in:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

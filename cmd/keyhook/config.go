@@ -31,6 +31,8 @@ type config struct {
 	Kafka connect.KafkaConfig
 	// Redis is the Redis topology, URL and TLS.
 	Redis connect.RedisConfig
+	// Registry is the Schema Registry's URL, credentials and TLS.
+	Registry connect.SchemaRegistryConfig
 }
 
 // knob is one flag of the node's configuration, declared once in knobs:
@@ -228,6 +230,15 @@ var (
 		"SASLPassword":          "kafka-sasl-password",
 		"SASLPasswordFile":      "kafka-sasl-password-file",
 	}
+	registryFlags = map[string]string{
+		"URL":         "schema-registry-url",
+		"Username":    "schema-registry-username",
+		"Password":    "schema-registry-password",
+		"BearerToken": "schema-registry-bearer-token",
+		"TLSCAFile":   "schema-registry-ca-file",
+		"TLSCertFile": "schema-registry-cert-file",
+		"TLSKeyFile":  "schema-registry-key-file",
+	}
 	redisFlags = map[string]string{
 		"URL":            "redis-url",
 		"TLSCAFile":      "redis-tls-ca-file",
@@ -271,6 +282,18 @@ func addKafkaFlags(fs *flag.FlagSet, kc *connect.KafkaConfig, configTopic *strin
 	fs.StringVar(configTopic, "config-topic", configlog.DefaultTopic, "compacted Kafka topic recording every subscription and token change, from which Redis is rebuilt (created when missing)")
 }
 
+// addSchemaRegistryFlags declares the Schema Registry flags, named by
+// registryFlags, on fs.
+func addSchemaRegistryFlags(fs *flag.FlagSet, rc *connect.SchemaRegistryConfig) {
+	fs.StringVar(&rc.URL, registryFlags["URL"], "", "Schema Registry base URL (Confluent's REST API; for Apicurio its /apis/ccompat/v7); needed by subscriptions whose value_format or key_format is avro, protobuf or json_schema")
+	fs.StringVar(&rc.Username, registryFlags["Username"], "", "Schema Registry user for HTTP basic auth")
+	fs.StringVar(&rc.Password, registryFlags["Password"], "", "Schema Registry password; prefer KEYHOOK_SCHEMA_REGISTRY_PASSWORD, which stays out of the process list")
+	fs.StringVar(&rc.BearerToken, registryFlags["BearerToken"], "", "Schema Registry bearer token, instead of basic auth; prefer KEYHOOK_SCHEMA_REGISTRY_BEARER_TOKEN")
+	fs.StringVar(&rc.TLSCAFile, registryFlags["TLSCAFile"], "", "PEM file of the CAs that sign the Schema Registry's certificate (needs an https:// URL)")
+	fs.StringVar(&rc.TLSCertFile, registryFlags["TLSCertFile"], "", "PEM client certificate for the Schema Registry, with --schema-registry-key-file")
+	fs.StringVar(&rc.TLSKeyFile, registryFlags["TLSKeyFile"], "", "PEM key of --schema-registry-cert-file")
+}
+
 func envName(flagName string) string {
 	return "KEYHOOK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
@@ -288,6 +311,7 @@ func (c *config) flags(fs *flag.FlagSet) (knobs []knob, parsed func()) {
 		k.bind(fs, k.name, k.usage)
 	}
 	addKafkaFlags(fs, &c.Kafka, &c.node.ConfigTopic)
+	addSchemaRegistryFlags(fs, &c.Registry)
 	return knobs, func() {
 		c.node.Brokers = splitList(*brokers)
 		redisParsed()
@@ -364,6 +388,9 @@ func (c config) validate(cmd string, knobs []knob, requireBackends bool) error {
 	}
 	if err := c.Kafka.Validate(); err != nil {
 		return connectError(cmd, err, kafkaFlags)
+	}
+	if err := c.Registry.Validate(); err != nil {
+		return connectError(cmd, err, registryFlags)
 	}
 	if err := (configlog.Config{Topic: c.node.ConfigTopic}).Validate(); err != nil {
 		return bad("config-topic", strings.TrimPrefix(err.Error(), "configlog: config: "))

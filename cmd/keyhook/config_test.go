@@ -67,6 +67,16 @@ func TestConnectionFlagErrorsNameTheFlag(t *testing.T) {
 			nil, "--redis-url (KEYHOOK_REDIS_URL)"},
 		{"malformed Redis URL", []string{"--redis-url", "redis://u:p@host:port/0"},
 			nil, "--redis-url (KEYHOOK_REDIS_URL) is not a valid Redis URL"},
+		{"registry user without a URL", []string{"--schema-registry-username", "u"},
+			nil, "--schema-registry-username (KEYHOOK_SCHEMA_REGISTRY_USERNAME) is set, but URL is not"},
+		{"registry URL without a scheme", []string{"--schema-registry-url", "registry:8081"},
+			nil, "--schema-registry-url (KEYHOOK_SCHEMA_REGISTRY_URL)"},
+		{"registry basic auth and a bearer token", []string{"--schema-registry-url", "https://registry:8081", "--schema-registry-username", "u"},
+			map[string]string{"KEYHOOK_SCHEMA_REGISTRY_BEARER_TOKEN": "t"}, "--schema-registry-bearer-token (KEYHOOK_SCHEMA_REGISTRY_BEARER_TOKEN)"},
+		{"registry CA with http", []string{"--schema-registry-url", "http://registry:8081", "--schema-registry-ca-file", "/tls/ca.crt"},
+			nil, "--schema-registry-ca-file (KEYHOOK_SCHEMA_REGISTRY_CA_FILE)"},
+		{"registry cert without key", []string{"--schema-registry-url", "https://registry:8081", "--schema-registry-cert-file", "/tls/client.crt"},
+			nil, "--schema-registry-cert-file (KEYHOOK_SCHEMA_REGISTRY_CERT_FILE)"},
 		{"config topic with a space", []string{"--config-topic", "keyhook config"},
 			nil, "--config-topic (KEYHOOK_CONFIG_TOPIC)"},
 		{"config topic from the environment", nil,
@@ -121,6 +131,20 @@ func TestConnectionFlagsAndVariablesFillTheConfig(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantRedis, c.Redis); diff != "" {
 		t.Errorf("Redis connection (-want +got):\n%s", diff)
+	}
+	c, err = parseConfig("serve", append(args, "--schema-registry-url", "https://registry:8081", "--schema-registry-username", "keyhook"),
+		func(k string) string {
+			if k == "KEYHOOK_SCHEMA_REGISTRY_PASSWORD" {
+				return "pw"
+			}
+			return env[k]
+		}, io.Discard, true)
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	wantRegistry := connect.SchemaRegistryConfig{URL: "https://registry:8081", Username: "keyhook", Password: "pw"}
+	if diff := cmp.Diff(wantRegistry, c.Registry); diff != "" {
+		t.Errorf("Schema Registry connection (-want +got):\n%s", diff)
 	}
 }
 

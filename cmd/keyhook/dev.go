@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,22 +15,30 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/keyhook/keyhook/app"
 	"github.com/keyhook/keyhook/auth"
 	"github.com/keyhook/keyhook/dispatcher"
 	"github.com/keyhook/keyhook/internal/demo"
+	"github.com/keyhook/keyhook/schemas"
 	"github.com/keyhook/keyhook/subscription"
 )
 
-const devTopic = "orders"
+const (
+	devTopic     = "orders"
+	devAvroTopic = "orders-avro"
+)
 
 // dev runs a whole keyhook with everything embedded: a kfake Kafka, a
-// miniredis, a demo endpoint with one slow key, a demo producer, and a
+// miniredis, a Schema Registry (franz-go's srfake), a demo endpoint with
+// one slow key, a demo producer of JSON records and one of Avro orders
+// (with a subscription that decodes them and keeps the paid ones), and a
 // one-line summary every second.
 func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, devTopic), kfake.AllowAutoTopicCreation())
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, devTopic, devAvroTopic), kfake.AllowAutoTopicCreation())
 	if err != nil {
 		return fmt.Errorf("keyhook dev: kafka: %w", err)
 	}
@@ -49,6 +59,20 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	endpointSrv := &http.Server{Handler: endpoint, ReadHeaderTimeout: 5 * time.Second}
 	defer endpointSrv.Close()
 	go func() { _ = endpointSrv.Serve(ln) }()
+
+	registry := srfake.NewRegistry()
+	schemaID, _, err := registry.RegisterSchema(devAvroTopic+"-value", sr.Schema{Schema: demo.OrderSchema})
+	if err != nil {
+		return fmt.Errorf("keyhook dev: schema registry: %w", err)
+	}
+	regLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("keyhook dev: schema registry: %w", err)
+	}
+	registrySrv := &http.Server{Handler: registry.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	defer registrySrv.Close()
+	go func() { _ = registrySrv.Serve(regLn) }()
+	c.node.SchemaRegistry = schemas.Config{URL: "http://" + regLn.Addr().String()}
 
 	c.node.Brokers = cluster.ListenAddrs()
 	c.node.AllowPrivateEndpoints = true // the demo endpoint is on loopback
@@ -72,30 +96,45 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	apiAddr := kh.APIAddr()
-	fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topic %q, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n",
-		strings.Join(c.node.Brokers, ","), devTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey)
+	fmt.Fprintf(stdout, "keyhook dev\n  kafka    %s (topics %q, %q in Avro, 4 partitions)\n  redis    %s (embedded)\n  api      http://%s\n  endpoint http://%s/hook (key %q answers in 2s)\n  registry %s (embedded, schema %d of %q)\n",
+		strings.Join(c.node.Brokers, ","), devTopic, devAvroTopic, mr.Addr(), apiAddr, ln.Addr(), demo.SlowKey, c.node.SchemaRegistry.URL, schemaID, devAvroTopic)
 	fmt.Fprintf(stdout, "  token    %s (admin)\n", c.node.BootstrapToken)
 	fmt.Fprintf(stdout, "  try      curl -s -H 'Authorization: Bearer %s' http://%s/v1/subscriptions | jq\n", c.node.BootstrapToken, apiAddr)
 	fmt.Fprintf(stdout, "           KEYHOOK_API_URL=http://%s KEYHOOK_TOKEN=%s keyhook subscriptions list\n\n", apiAddr, c.node.BootstrapToken)
 
-	sub := &subscription.Subscription{
+	for _, sub := range []*subscription.Subscription{{
 		Name:     "demo",
 		Topics:   []string{devTopic},
 		Endpoint: subscription.Endpoint{URL: "http://" + ln.Addr().String() + "/hook"},
-	}
-	sub.Normalize()
-	// Signed like every subscription the API creates.
-	if err := sub.EnsureSigningSecret(time.Now()); err != nil {
-		kh.Close()
-		return fmt.Errorf("keyhook dev: %w", err)
-	}
-	if err := kh.Subscriptions().Create(ctx, sub); err != nil {
-		kh.Close()
-		return fmt.Errorf("keyhook dev: create demo subscription: %w", err)
+	}, {
+		// Avro decoded with the registry's schema, the paid orders only,
+		// sent as JSON.
+		Name:        "demo-avro",
+		Topics:      []string{devAvroTopic},
+		Endpoint:    subscription.Endpoint{URL: "http://" + ln.Addr().String() + "/avro"},
+		ValueFormat: "avro",
+		Filter:      `value.status == 'PAID'`,
+		Transform:   `{"order": value.order_id, "customer": key, "amount": value.amount}`,
+	}} {
+		sub.Normalize()
+		if errs := sub.Validate(); errs != nil {
+			kh.Close()
+			return fmt.Errorf("keyhook dev: demo subscription %s: %v", sub.Name, errs)
+		}
+		// Signed like every subscription the API creates.
+		if err := sub.EnsureSigningSecret(time.Now()); err != nil {
+			kh.Close()
+			return fmt.Errorf("keyhook dev: %w", err)
+		}
+		if err := kh.Subscriptions().Create(ctx, sub); err != nil {
+			kh.Close()
+			return fmt.Errorf("keyhook dev: create demo subscription %s: %w", sub.Name, err)
+		}
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return kh.Run(ctx) })
 	g.Go(func() error { return demo.Produce(ctx, producer, devTopic, 8, 50) })
+	g.Go(func() error { return demo.ProduceAvro(ctx, producer, devAvroTopic, schemaID, 8, 30) })
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -115,23 +154,32 @@ func dev(ctx context.Context, c config, stdout, stderr io.Writer) error {
 // summary is the one-line view of a dev node.
 func summary(stats []dispatcher.GroupStats, e *demo.Endpoint) string {
 	var b strings.Builder
-	var delivered, inflight, retrying, dead int64
+	var delivered, inflight, retrying, dead, filtered int64
 	for _, s := range stats {
 		delivered += s.Delivered
 		inflight += s.InFlight
 		retrying += s.Retrying
 		dead += s.DeadLettered
+		filtered += s.Filtered
 	}
 	_, slow := e.Received()
-	fmt.Fprintf(&b, "%s delivered %d · in flight %d · retrying %d · dead-lettered %d · slow key %d · watermarks",
-		time.Now().Format("15:04:05"), delivered, inflight, retrying, dead, slow)
+	fmt.Fprintf(&b, "%s delivered %d · filtered %d · in flight %d · retrying %d · dead-lettered %d · slow key %d · watermarks",
+		time.Now().Format("15:04:05"), delivered, filtered, inflight, retrying, dead, slow)
+	// One topic's partitions together, in order: "orders 21 41 61 5".
 	for _, s := range stats {
-		for _, p := range s.Partitions {
-			paused := ""
-			if p.Paused {
-				paused = " (paused)"
+		ps := slices.SortedFunc(slices.Values(s.Partitions), func(a, b dispatcher.PartitionStats) int {
+			return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		})
+		topic := ""
+		for _, p := range ps {
+			if p.Topic != topic {
+				topic = p.Topic
+				fmt.Fprintf(&b, " %s", topic)
 			}
-			fmt.Fprintf(&b, " %s/%d=%d%s", p.Topic, p.Partition, p.Watermark, paused)
+			fmt.Fprintf(&b, " %d", p.Watermark)
+			if p.Paused {
+				b.WriteString("(paused)")
+			}
 		}
 	}
 	return b.String()

@@ -24,6 +24,9 @@ func serve(ctx context.Context, c config, stderr io.Writer) error {
 	if err != nil {
 		return connectError("serve", err, kafkaFlags)
 	}
+	if c.node.SchemaRegistry, err = connect.SchemaRegistry(c.Registry); err != nil {
+		return connectError("serve", err, registryFlags)
+	}
 	rdb, err := connect.NewRedis(c.Redis)
 	if err != nil {
 		return connectError("serve", err, redisFlags)
@@ -59,7 +62,7 @@ func buildNode(ctx context.Context, cmd string, c config, log *slog.Logger, deps
 
 // appFlags names the flag of each app.Config field a flag sets.
 func (c config) appFlags() map[string]string {
-	m := map[string]string{"Brokers": "kafka-brokers", "ConfigTopic": "config-topic"}
+	m := map[string]string{"Brokers": "kafka-brokers", "ConfigTopic": "config-topic", "SchemaRegistry": "schema-registry-url"}
 	for _, k := range c.knobs() {
 		if k.field != "" {
 			m[k.field] = k.name

@@ -1,16 +1,20 @@
 // Package demo is the traffic of "keyhook dev": an endpoint that answers
-// slowly for one key and a producer writing keyed records. It exists so a
-// newcomer sees key-level concurrency work; nothing in production uses it.
+// slowly for one key, a producer writing keyed records, and one writing
+// Avro orders in the Confluent wire format. It exists so a newcomer sees
+// key-level concurrency and decoding work; nothing in production uses it.
 package demo
 
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"net/http"
 	"sync/atomic"
 	"time"
 
+	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 )
 
 // SlowKey is the key the demo endpoint answers slowly.
@@ -67,6 +71,52 @@ func Produce(ctx context.Context, cl *kgo.Client, topic string, keys int, rate i
 		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			// A failed demo write is only a missing demo record.
 			_ = err
+		})
+	}
+}
+
+// OrderSchema is the Avro schema of the records ProduceAvro writes.
+const OrderSchema = `{"type":"record","name":"Order","namespace":"demo","fields":[
+	{"name":"order_id","type":"string"},
+	{"name":"customer","type":"string"},
+	{"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID","SHIPPED"]}},
+	{"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+	{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+	{"name":"note","type":["null","string"],"default":null}]}`
+
+// ProduceAvro writes orders in Avro, in the Confluent wire format under
+// schemaID (OrderSchema's id in the registry), with keys
+// customer-1..keys, to topic at about rate records per second until ctx
+// ends. Their status cycles NEW, PAID, SHIPPED.
+func ProduceAvro(ctx context.Context, cl *kgo.Client, topic string, schemaID, keys, rate int) error {
+	schema, err := avro.Parse(OrderSchema)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	var h sr.ConfluentHeader
+	t := time.NewTicker(time.Second / time.Duration(rate))
+	defer t.Stop()
+	for seq := 0; ; seq++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		key := fmt.Sprintf("customer-%d", seq%keys+1)
+		order := map[string]any{
+			"order_id": fmt.Sprintf("o-%d", seq), "customer": key,
+			"status": []string{"NEW", "PAID", "SHIPPED"}[seq%3],
+			"amount": big.NewRat(int64(1000+seq%9000), 100), "at": time.Now(),
+			"note": nil,
+		}
+		b, err := avro.Marshal(schema, order)
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		value, _ := h.AppendEncode(nil, schemaID, nil) // never fails
+		rec := &kgo.Record{Topic: topic, Key: []byte(key), Value: append(value, b...)}
+		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			_ = err // a failed demo write is only a missing demo record
 		})
 	}
 }

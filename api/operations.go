@@ -12,6 +12,7 @@ import (
 	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/webhooks"
 )
 
 // MaxDeadLetterIDLength bounds one id in a redrive request.
@@ -48,6 +49,7 @@ func (h *handlers) getStatus(w http.ResponseWriter, r *http.Request) {
 		// Whether deliveries run at all comes first: a paused
 		// subscription's partitions stand still by design.
 		st.Paused, st.PausedBy, st.PausedReason = sub.Paused, sub.PausedBy, sub.PausedReason
+		st.Breakers = h.endpointBreakers(r, sub)
 		writeJSON(w, http.StatusOK, st)
 	}
 }
@@ -326,4 +328,31 @@ func (h *handlers) token(w http.ResponseWriter, r *http.Request) {
 		scopes = []auth.Scope{}
 	}
 	writeJSON(w, http.StatusOK, tokenResponse{Name: tok.Name, Scopes: scopes})
+}
+
+// endpointBreakers lists the nodes whose circuit breaker of sub's
+// endpoint origin is open or half-open, from the node registry. The
+// status goes without them, logged, when the registry cannot be read.
+func (h *handlers) endpointBreakers(r *http.Request, sub *subscription.Subscription) []subscription.EndpointBreaker {
+	if h.deps.Nodes == nil {
+		return nil
+	}
+	origin, err := webhooks.Origin(sub.Endpoint.URL)
+	if err != nil {
+		return nil
+	}
+	list, err := h.deps.Nodes.List(r.Context())
+	if err != nil {
+		h.cfg.Logger.Warn("subscription status without breakers: the node registry did not answer", "subscription", sub.ID, "err", err)
+		return nil
+	}
+	var out []subscription.EndpointBreaker
+	for _, n := range list {
+		for _, b := range n.Breakers {
+			if b.Origin == origin {
+				out = append(out, subscription.EndpointBreaker{Node: n.ID, Origin: b.Origin, State: b.State, Since: b.Since, Waiting: b.Waiting})
+			}
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/keyhook/keyhook/api"
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/breaker"
 	"github.com/keyhook/keyhook/configlog"
 	"github.com/keyhook/keyhook/connect"
 	"github.com/keyhook/keyhook/control"
@@ -25,6 +27,7 @@ import (
 	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/keyhook/keyhook/monitor"
 	"github.com/keyhook/keyhook/nodes"
+	"github.com/keyhook/keyhook/ratelimit"
 	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/schemas"
 	"github.com/keyhook/keyhook/subscription"
@@ -216,17 +219,24 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if a.attempts != nil {
 			attemptLog = a.attempts
 		}
+		// Rate limits are shared by every node through Redis.
+		rateTokens, err := ratelimit.New(a.rdb, "")
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		a.node, err = dispatcher.New(dispatcher.Config{
-			AttemptLog:   attemptLog,
-			NodeID:       cfg.NodeID,
-			Brokers:      cfg.Brokers,
-			KafkaOptions: deps.KafkaOptions,
-			Tuning:       cfg.Tuning,
-			Redrives:     a.redrives,
-			Health:       a.monitor,
+			AttemptLog:          attemptLog,
+			NodeID:              cfg.NodeID,
+			Brokers:             cfg.Brokers,
+			KafkaOptions:        deps.KafkaOptions,
+			Tuning:              cfg.Tuning,
+			Redrives:            a.redrives,
+			Health:              a.monitor,
+			OnBreakerTransition: breakerEvents(a),
 			CursorDetached: func(sub, topic string, partition int32, behind int64, reason string) {
 				a.events.Emit(events.SubscriptionCursorDetached(sub, events.CursorDetached{Topic: topic, Partition: partition, Behind: behind, Reason: reason}))
 			},
+			RateTokens: rateTokens,
 			// Deleted subscriptions leave /metrics with their consumers.
 			ForgetSubscription: a.tel.ForgetSubscription,
 			Logger:             log,
@@ -426,3 +436,30 @@ func (a *App) Node() *dispatcher.Node { return a.node }
 
 // Subscriptions is the subscription store the node's API serves.
 func (a *App) Subscriptions() *subscription.Store { return a.subs }
+
+// breakerEvents sends an origin's breaker opening (from closed) and
+// closing as operational events; a failed probe reopening it is the same
+// outage and sends nothing. It runs under the breaker's lock, and Emit
+// only queues.
+func breakerEvents(a *App) func(breaker.Transition) {
+	var mu sync.Mutex
+	opened := make(map[string]time.Time) // guarded by mu
+	return func(tr breaker.Transition) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case tr.To == breaker.Open && tr.From == breaker.Closed:
+			opened[tr.Origin] = tr.At
+			a.events.Emit(events.EndpointBreakerOpened(events.BreakerOpened{Origin: tr.Origin, Reason: tr.Reason,
+				Failures: a.cfg.BreakerFailures, ProbeIntervalMS: a.cfg.Tuning.WithDefaults().BreakerInterval.Milliseconds()}))
+		case tr.To == breaker.Closed:
+			at, ok := opened[tr.Origin]
+			delete(opened, tr.Origin)
+			var openMS int64
+			if ok {
+				openMS = tr.At.Sub(at).Milliseconds()
+			}
+			a.events.Emit(events.EndpointBreakerClosed(events.BreakerClosed{Origin: tr.Origin, OpenMS: openMS}))
+		}
+	}
+}

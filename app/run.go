@@ -142,14 +142,15 @@ func (a *App) serveAPI(ctx context.Context) error {
 
 // heartbeat keeps this node in the registry with what it owns.
 func (a *App) heartbeat(ctx context.Context) error {
-	return a.registry.Run(ctx, nodes.Info{ID: a.cfg.NodeID, Version: a.cfg.Version, Roles: a.cfg.Roles.names()}, func() []nodes.Ownership {
+	return a.registry.RunReporting(ctx, nodes.Info{ID: a.cfg.NodeID, Version: a.cfg.Version, Roles: a.cfg.Roles.names()}, func(i *nodes.Info) {
 		if a.node == nil {
-			return nil
+			return
 		}
-		var out []nodes.Ownership
 		for _, o := range a.node.Owned() {
-			out = append(out, nodes.Ownership(o))
+			i.Owned = append(i.Owned, nodes.Ownership(o))
 		}
-		return out
+		for _, b := range a.node.Breakers() {
+			i.Breakers = append(i.Breakers, nodes.Breaker(b))
+		}
 	})
 }

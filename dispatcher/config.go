@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/keyhook/keyhook/breaker"
 	"github.com/keyhook/keyhook/recordexpr"
 	"github.com/keyhook/keyhook/webhooks"
 )
@@ -31,6 +32,7 @@ const (
 	DefaultResyncInterval   = time.Second
 	DefaultRemoveGrace      = 5 * time.Second
 	DefaultRedriveInterval  = 250 * time.Millisecond
+	DefaultBreakerInterval  = breaker.DefaultInterval
 )
 
 // Tuning is what an operator tunes of a node's deliveries, declared and
@@ -109,6 +111,16 @@ type Tuning struct {
 	// only once no node reads its subscription with a group of its own
 	// (cursor.go). Moving back takes a stop of every node.
 	SharedRead bool
+	// BreakerFailures is how many consecutive failed attempts (5xx, 408,
+	// 425, timeouts, connection errors; not 429) to one endpoint origin
+	// open its circuit breaker on this node: no request goes there until
+	// a probe succeeds, one per BreakerInterval, and its deliveries wait
+	// without spending attempts. 0, the default, turns breakers off (see
+	// docs/operations.md for why and when to turn them on).
+	BreakerFailures int
+	// BreakerInterval is how long an open breaker waits before its probe.
+	// Default 10s (breaker.DefaultInterval).
+	BreakerInterval time.Duration
 }
 
 // Config tunes a Node: what it is wired to, and its Tuning. The zero
@@ -127,6 +139,16 @@ type Config struct {
 	// key's lane (deadletter.Queue). Default nil: redrives are left
 	// queued for other nodes.
 	Redrives RedriveQueue
+	// RateTokens, when not nil, takes the tokens of rate-limited
+	// subscriptions from a limit shared by every node
+	// (ratelimit.Tokens). Nil gives each node a subscription's whole rate
+	// for itself: right for a single node only.
+	RateTokens RateTokens
+	// OnBreakerTransition, when not nil, is told of every circuit breaker
+	// transition of the node (opened, half-open, closed, with the origin
+	// and the reason), after it is logged and counted. It is called under
+	// the breaker's lock: it must not block (an events emitter queues).
+	OnBreakerTransition func(breaker.Transition)
 	// Schemas, when not nil, decodes the Schema Registry formats
 	// (schemas.Registry). Without it, records of a subscription whose
 	// value_format or key_format is avro, protobuf or json_schema wait,
@@ -217,6 +239,9 @@ func (t Tuning) WithDefaults() Tuning {
 	if t.RedriveInterval == 0 {
 		t.RedriveInterval = DefaultRedriveInterval
 	}
+	if t.BreakerInterval == 0 {
+		t.BreakerInterval = DefaultBreakerInterval
+	}
 	t.Retry = t.Retry.WithDefaults()
 	return t
 }
@@ -259,7 +284,7 @@ func (t Tuning) Validate() error {
 		{"FlushInterval", t.FlushInterval}, {"CommitInterval", t.CommitInterval},
 		{"DrainTimeout", t.DrainTimeout}, {"RequestTimeout", t.RequestTimeout},
 		{"SessionTimeout", t.SessionTimeout}, {"ResyncInterval", t.ResyncInterval},
-		{"RedriveInterval", t.RedriveInterval},
+		{"RedriveInterval", t.RedriveInterval}, {"BreakerInterval", t.BreakerInterval},
 	} {
 		if d.v < 0 {
 			return &FieldError{Field: d.name, Err: fmt.Errorf("%v must not be negative", d.v)}
@@ -272,6 +297,8 @@ func (t Tuning) Validate() error {
 		return &FieldError{Field: "ParkAfter", Err: fmt.Errorf("%d must be 0 (never park) or more", *t.ParkAfter)}
 	case t.MaxBufferedBytes < 0:
 		return &FieldError{Field: "MaxBufferedBytes", Err: fmt.Errorf("%d must not be negative", t.MaxBufferedBytes)}
+	case t.BreakerFailures < 0:
+		return &FieldError{Field: "BreakerFailures", Err: fmt.Errorf("%d must be 0 (off) or more", t.BreakerFailures)}
 	case t.MaxParkedBytes < 0:
 		return &FieldError{Field: "MaxParkedBytes", Err: fmt.Errorf("%d must not be negative", t.MaxParkedBytes)}
 	}

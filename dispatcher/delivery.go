@@ -75,6 +75,8 @@ type flight struct {
 	// before counts the attempts of earlier rounds (a key blocked with
 	// dead-lettering off starts a fresh budget after each).
 	before int
+	// pass is the breaker's pass of the next attempt, from the pool.
+	pass *breakerPass
 	// msg is the record as rendered, kept here with room for its usual
 	// attributes and headers so that rendering allocates none of them.
 	msg     webhooks.Message
@@ -128,8 +130,14 @@ func (f *flight) waitForSchema() (time.Duration, bool) {
 	return f.pendingWait, true
 }
 
-func (f *flight) owner() *worker { return f.w }
-func (f *flight) size() int64    { return 1 }
+func (f *flight) owner() *worker        { return f.w }
+func (f *flight) size() int64           { return 1 }
+func (f *flight) let(pass *breakerPass) { f.pass = pass }
+func (f *flight) hold(d time.Duration) {
+	if f.rt != nil {
+		f.rt.Hold(d)
+	}
+}
 
 // step makes one attempt, or settles the record once the delivery ended:
 // acked when delivered or dead-lettered, pushed back unacked when its
@@ -259,6 +267,7 @@ func (f *flight) attempt() (wait time.Duration, more, ok bool) {
 		f.last = f.rt.Interrupt(context.Cause(f.ctx))
 		return 0, false, false
 	}
+	f.pass.report(a)
 	wait, more = f.rt.Record(a)
 	f.last = f.rt.Result()
 	// Numbered over the rounds of a key blocked with dead-lettering off.
@@ -332,6 +341,8 @@ type batchFlight struct {
 	cur   *flight
 	ended *webhooks.Result
 	held  map[*record]bool
+	// pass is the breaker's pass of the next request, from the pool.
+	pass *breakerPass
 }
 
 func (g *group) newBatchFlight(w *worker, recs []*record) *batchFlight {
@@ -351,7 +362,17 @@ func (g *group) newBatchFlight(w *worker, recs []*record) *batchFlight {
 	return b
 }
 
-func (b *batchFlight) owner() *worker { return b.w }
+func (b *batchFlight) owner() *worker        { return b.w }
+func (b *batchFlight) let(pass *breakerPass) { b.pass = pass }
+
+func (b *batchFlight) hold(d time.Duration) {
+	switch {
+	case b.br != nil:
+		b.br.Hold(d)
+	case b.cur != nil:
+		b.cur.hold(d)
+	}
+}
 
 func (b *batchFlight) size() int64 {
 	if b.br == nil {
@@ -381,6 +402,7 @@ func (b *batchFlight) step() (time.Duration, bool) {
 					b.stop()
 					return 0, true
 				}
+				b.pass.report(a)
 				if more {
 					return wait, false
 				}
@@ -445,6 +467,7 @@ func (b *batchFlight) stepEach() (time.Duration, bool) {
 			}
 			b.cur = b.g.newFlight(b.w, r, b.ended)
 		}
+		b.cur.pass, b.pass = b.pass, nil
 		wait, done := b.cur.step()
 		if !done {
 			return wait, false
@@ -454,6 +477,11 @@ func (b *batchFlight) stepEach() (time.Duration, bool) {
 		if !acked {
 			b.g.abortAll(b.w, b.each)
 			b.each = nil
+		}
+		if len(b.each) > 0 && b.g.pool.gated() {
+			// Each request takes its own token and breaker pass: the
+			// next record goes through the pool again.
+			return 0, false
 		}
 	}
 	b.span.End()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keyhook/keyhook/breaker"
 	"github.com/keyhook/keyhook/internal/backoff"
 	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/partition"
@@ -73,6 +74,11 @@ type Node struct {
 	// loops commit, read the topics and poll the redrive queues of every
 	// group, one goroutine each for the node.
 	loops *loops
+	// breakers are the node's circuit breakers, one per endpoint origin
+	// (off unless BreakerFailures is set); rateTokens hands out the
+	// tokens of rate-limited subscriptions.
+	breakers   *breaker.Set
+	rateTokens RateTokens
 
 	// readersMu guards readers: the shared read of each topic set
 	// (SharedRead), started by its first cursor, stopped by its last.
@@ -125,6 +131,13 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
 	n.loops = newLoops(n)
+	if n.breakers, err = newBreakers(n); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	n.rateTokens = cfg.RateTokens
+	if n.rateTokens == nil {
+		n.rateTokens = newLocalTokens()
+	}
 	tel, err := newTelemetry(n)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: telemetry: %w", err)

@@ -3,6 +3,9 @@ package dispatcher
 import (
 	"sync"
 	"time"
+
+	"github.com/keyhook/keyhook/breaker"
+	"github.com/keyhook/keyhook/webhooks"
 )
 
 // task is a delivery the pool runs one attempt at a time: a record's
@@ -21,6 +24,12 @@ type task interface {
 	// size is how many deliveries (records) the task carries: what the
 	// retrying gauge counts while it waits.
 	size() int64
+	// let hands the task the breaker's pass for its next attempt (nil
+	// with breakers off), to report that attempt's verdict with.
+	let(pass *breakerPass)
+	// hold tells the task it was held back d by keyhook (its rate limit,
+	// its origin's breaker): time its retry budget does not count.
+	hold(d time.Duration)
 }
 
 // pool is a subscription's delivery slots: at most MaxInFlight attempts
@@ -57,11 +66,25 @@ type pool struct {
 	// oldest first. Non-empty only while every slot is taken: a slot is
 	// given back (under mu) only when nothing is due.
 	due []task
-	// waiting are the tasks waiting on a timer, by worker, so a drain
-	// finds its own at once.
-	waiting map[*worker]map[task]*time.Timer
+	// waiting are the tasks waiting on a timer or on their origin's
+	// breaker, by worker, so a drain finds its own at once.
+	waiting map[*worker]map[task]waitEntry
 	// closed is set once the group stopped: no goroutine starts after.
 	closed bool
+
+	// rate holds attempts back to the subscription's rate limit; nil
+	// without one.
+	rate *rateGate
+	// br is the breaker of the endpoint's origin on this node; nil with
+	// breakers off.
+	br *breaker.Breaker
+}
+
+// waitEntry is a task waiting: on timer, or, when nil, on the breaker
+// since then.
+type waitEntry struct {
+	timer *time.Timer
+	since time.Time
 }
 
 // attemptTimeout is the timeout of one attempt of the subscription: its
@@ -74,13 +97,24 @@ func (g *group) attemptTimeout() time.Duration {
 }
 
 func newPool(g *group) *pool {
-	return &pool{
+	p := &pool{
 		g:            g,
 		slots:        make(chan struct{}, g.sub.MaxInFlight),
 		redriveSlots: make(chan struct{}, min(max(g.sub.MaxInFlight, 1), 16)),
-		waiting:      make(map[*worker]map[task]*time.Timer),
+		waiting:      make(map[*worker]map[task]waitEntry),
 	}
+	if g.sub.RateLimit.Enabled() {
+		p.rate = newRateGate(p, g.sub.RateLimit, g.n.rateTokens)
+	}
+	if origin, err := webhooks.Origin(g.sub.Endpoint.URL); err == nil {
+		p.br = g.n.breakers.For(origin)
+	}
+	return p
 }
+
+// gated reports whether the pool holds attempts back (a rate limit, a
+// breaker): a task then makes one attempt per run.
+func (p *pool) gated() bool { return p.rate != nil || p.br != nil }
 
 // startJob delivers j in the slot its worker just took (by sending into
 // slots). The flight is built here, off the worker's loop: rendering is
@@ -136,12 +170,59 @@ func (p *pool) run(t task) {
 		p.park(t, p.g.n.cfg.FlushInterval)
 		return
 	}
+	// The rate limit, then the breaker: a task holding a token that finds
+	// its origin's breaker open keeps the token for when it closes.
+	if p.rate != nil && !p.rate.admit(t) {
+		return
+	}
+	var pass *breakerPass
+	if p.br != nil {
+		var ok bool
+		if pass, ok = p.pass(t); !ok {
+			return
+		}
+	}
+	t.let(pass)
 	p.g.inFlight.Add(1)
 	wait, done := t.step()
 	p.g.inFlight.Add(-1)
+	pass.end()
 	if !done {
 		p.park(t, wait)
 	}
+}
+
+// pass asks the origin's breaker to let t's attempt through. Refused, t
+// waits off every slot, its attempt number where it was, until the
+// breaker half-opens or closes and wakes it. t is among the waiting
+// before the breaker is asked, so a wake that comes at once finds it.
+func (p *pool) pass(t task) (*breakerPass, bool) {
+	// Closed, as it is nearly always: no waiting to register.
+	if bp, ok := p.br.TryAllow(); ok {
+		return &breakerPass{b: p.br, p: bp}, true
+	}
+	w := t.owner()
+	p.mu.Lock()
+	if w.noRetries.Load() {
+		p.mu.Unlock()
+		t.stop()
+		return nil, false
+	}
+	p.addWaiting(w, t, waitEntry{since: time.Now()})
+	p.mu.Unlock()
+	bp, ok := p.br.Allow(func() { p.wake(t) })
+	if !ok {
+		return nil, false
+	}
+	p.mu.Lock()
+	_, was := p.unwait(w, t)
+	p.mu.Unlock()
+	if !was {
+		// Stopped meanwhile (stopRetries): no attempt.
+		p.br.Release(bp)
+		return nil, false
+	}
+	return &breakerPass{b: p.br, p: bp}, true
 }
 
 // next takes the oldest due task for the caller's slot, or, with none
@@ -172,14 +253,19 @@ func (p *pool) park(t task, d time.Duration) {
 		t.stop()
 		return
 	}
+	p.addWaiting(w, t, waitEntry{timer: time.AfterFunc(d, func() { p.wake(t) })})
+	p.mu.Unlock()
+}
+
+// addWaiting counts t among the waiting. Under mu.
+func (p *pool) addWaiting(w *worker, t task, e waitEntry) {
 	ws := p.waiting[w]
 	if ws == nil {
-		ws = make(map[task]*time.Timer)
+		ws = make(map[task]waitEntry)
 		p.waiting[w] = ws
 	}
 	p.g.retrying.Add(t.size())
-	ws[t] = time.AfterFunc(d, func() { p.wake(t) })
-	p.mu.Unlock()
+	ws[t] = e
 }
 
 // wake moves t from waiting to a free slot, or to due when none is free,
@@ -187,10 +273,27 @@ func (p *pool) park(t task, d time.Duration) {
 func (p *pool) wake(t task) {
 	w := t.owner()
 	p.mu.Lock()
-	if !p.unwait(w, t) {
+	e, ok := p.unwait(w, t)
+	if !ok {
 		p.mu.Unlock()
 		return
 	}
+	if e.timer == nil {
+		t.hold(time.Since(e.since))
+	}
+	p.startLocked(t)
+}
+
+// resume runs t, let through by the rate gate, in a free slot or the
+// next one given back.
+func (p *pool) resume(t task) {
+	p.mu.Lock()
+	p.startLocked(t)
+}
+
+// startLocked starts t in a free slot, or queues it as due; it unlocks
+// mu.
+func (p *pool) startLocked(t task) {
 	if p.closed {
 		p.mu.Unlock()
 		t.stop()
@@ -216,23 +319,28 @@ func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	if p.rate != nil {
+		p.rate.close()
+	}
 	p.running.Wait()
 }
 
 // unwait removes t from the waiting set; false when it was not there.
-func (p *pool) unwait(w *worker, t task) bool {
+func (p *pool) unwait(w *worker, t task) (waitEntry, bool) {
 	ws := p.waiting[w]
-	tm, ok := ws[t]
+	e, ok := ws[t]
 	if !ok {
-		return false
+		return e, false
 	}
-	tm.Stop()
+	if e.timer != nil {
+		e.timer.Stop()
+	}
 	delete(ws, t)
 	if len(ws) == 0 {
 		delete(p.waiting, w)
 	}
 	p.g.retrying.Add(-t.size())
-	return true
+	return e, true
 }
 
 // stopRetries ends w's deliveries that wait for their next attempt, at
@@ -260,6 +368,9 @@ func (p *pool) stopRetries(w *worker) {
 	clear(p.due[len(kept):])
 	p.due = kept
 	p.mu.Unlock()
+	if p.rate != nil {
+		stopped = append(stopped, p.rate.drop(w)...)
+	}
 	for _, t := range stopped {
 		t.stop()
 	}

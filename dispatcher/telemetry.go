@@ -33,6 +33,10 @@ var (
 	attrReason       = attribute.Key("keyhook.reason")
 	attrTopic        = semconv.MessagingDestinationNameKey
 	attrPartition    = semconv.MessagingDestinationPartitionIDKey
+	// attrOrigin is an endpoint origin, scheme://host:port: bounded by
+	// the subscriptions' endpoints.
+	attrOrigin = attribute.Key("keyhook.origin")
+	attrState  = attribute.Key("keyhook.breaker.state")
 )
 
 // telemetry holds a node's instruments. Built from the injected providers;
@@ -65,6 +69,9 @@ type telemetry struct {
 	superseded   metric.Int64Counter
 	filtered     metric.Int64Counter
 	lost         metric.Int64Counter
+	// breakerTransitions counts circuit breaker transitions by origin and
+	// the state entered.
+	breakerTransitions metric.Int64Counter
 }
 
 func newTelemetry(n *Node) (*telemetry, error) {
@@ -128,6 +135,16 @@ func newTelemetry(n *Node) (*telemetry, error) {
 		"stale_tracking (the claim dropped acked ranges of a deleted topic of the same name)."), metric.WithUnit("{partition}"))
 	must(e)
 
+	t.breakerTransitions, e = m.Int64Counter("keyhook.breaker.transitions", metric.WithDescription("Circuit breaker transitions of this node, by endpoint origin and the state entered: open, half-open, closed."), metric.WithUnit("{transition}"))
+	must(e)
+	_, e = m.Int64ObservableGauge("keyhook.breaker.state", metric.WithDescription("Each endpoint origin's circuit breaker on this node: 0 closed, 1 half-open (one probe at a time), 2 open (no requests; its deliveries wait without spending attempts). Absent with --breaker-failures 0."), metric.WithUnit("{state}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for origin, st := range n.breakers.States() {
+				o.Observe(int64(st), metric.WithAttributes(attrOrigin.String(origin)))
+			}
+			return nil
+		}))
+	must(e)
 	_, e = m.Int64ObservableGauge("keyhook.in_flight", metric.WithDescription("Delivery attempts in flight on this node (a batch request is one); max_in_flight bounds them."), metric.WithUnit("{attempt}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, g := range n.groups() {
@@ -136,7 +153,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			return nil
 		}))
 	must(e)
-	_, e = m.Int64ObservableGauge("keyhook.retrying", metric.WithDescription("Deliveries waiting for their next attempt on this node; they hold no delivery slot."), metric.WithUnit("{delivery}"),
+	_, e = m.Int64ObservableGauge("keyhook.retrying", metric.WithDescription("Deliveries waiting for their next attempt on this node (a retry, their rate limit's turn, their endpoint's open circuit breaker); they hold no delivery slot."), metric.WithUnit("{delivery}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, g := range n.groups() {
 				o.Observe(g.retrying.Load(), metric.WithAttributeSet(g.attrs))

@@ -56,6 +56,22 @@ type Info struct {
 	Roles []string `json:"roles"`
 	// Owned lists the partitions the node owned at its last heartbeat.
 	Owned []Ownership `json:"owned"`
+	// Breakers lists the node's circuit breakers that were open or
+	// half-open at its last heartbeat, by origin.
+	Breakers []Breaker `json:"breakers,omitempty"`
+}
+
+// Breaker is a node's circuit breaker of one endpoint origin that is not
+// closed (breaker.Status).
+type Breaker struct {
+	// Origin is the endpoint origin, scheme://host:port.
+	Origin string `json:"origin"`
+	// State is "open" (no requests) or "half-open" (one probe at a time).
+	State string `json:"state"`
+	// Since is when it last opened.
+	Since time.Time `json:"since"`
+	// Waiting counts the deliveries it holds back on the node.
+	Waiting int `json:"waiting"`
 }
 
 // Config tunes a Registry. The zero value is ready to use.
@@ -165,6 +181,16 @@ return 0
 // heartbeat: a registry outage must not stop a node. Every heartbeat also
 // deletes the entries of nodes silent for PruneAfter.
 func (r *Registry) Run(ctx context.Context, self Info, owned func() []Ownership) error {
+	return r.RunReporting(ctx, self, func(i *Info) {
+		if owned != nil {
+			i.Owned = owned()
+		}
+	})
+}
+
+// RunReporting is Run with what changes between heartbeats filled in by
+// report (Owned, Breakers), called before each heartbeat.
+func (r *Registry) RunReporting(ctx context.Context, self Info, report func(*Info)) error {
 	if self.ID == "" {
 		return errors.New("nodes: run: self.ID is empty")
 	}
@@ -178,7 +204,7 @@ func (r *Registry) Run(ctx context.Context, self Info, owned func() []Ownership)
 	defer t.Stop()
 	failing := false
 	for {
-		err := r.heartbeat(ctx, self, owned)
+		err := r.heartbeat(ctx, self, report)
 		if err == nil {
 			err = r.prune(ctx)
 		}
@@ -204,13 +230,13 @@ func (r *Registry) Run(ctx context.Context, self Info, owned func() []Ownership)
 	}
 }
 
-func (r *Registry) heartbeat(ctx context.Context, self Info, owned func() []Ownership) error {
+func (r *Registry) heartbeat(ctx context.Context, self Info, report func(*Info)) error {
 	self.HeartbeatAt = r.cfg.Now().UTC()
-	self.Owned = []Ownership{}
-	if owned != nil {
-		if o := owned(); o != nil {
-			self.Owned = o
-		}
+	if report != nil {
+		report(&self)
+	}
+	if self.Owned == nil {
+		self.Owned = []Ownership{}
 	}
 	data, err := json.Marshal(self)
 	if err != nil {

@@ -86,6 +86,9 @@ type Subscription struct {
 	Signing Signing `json:"signing,omitzero"`
 	// Batch groups records into one request (off by default).
 	Batch Batch `json:"batch,omitzero"`
+	// RateLimit bounds the subscription's requests per second over every
+	// node together (off by default).
+	RateLimit RateLimit `json:"rate_limit,omitzero"`
 	// ValueFormat and KeyFormat decode record values and keys: "bytes"
 	// (the default: as they are) or "json" (see recordexpr).
 	ValueFormat string `json:"value_format,omitempty"`
@@ -190,6 +193,20 @@ type Status struct {
 	PausedBy     string            `json:"paused_by,omitempty"`
 	PausedReason string            `json:"paused_reason,omitempty"`
 	Partitions   []PartitionStatus `json:"partitions"`
+	// Breakers are the nodes whose circuit breaker of the endpoint's
+	// origin is not closed, as they last published it.
+	Breakers []EndpointBreaker `json:"breakers,omitempty"`
+}
+
+// EndpointBreaker is one node's circuit breaker of a subscription's
+// endpoint origin, open or half-open.
+type EndpointBreaker struct {
+	Node   string `json:"node"`
+	Origin string `json:"origin"`
+	// State is "open" or "half-open".
+	State   string    `json:"state"`
+	Since   time.Time `json:"since"`
+	Waiting int       `json:"waiting"`
 }
 
 // PartitionStatus joins what Kafka knows (commit, log end) with what the

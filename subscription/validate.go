@@ -146,6 +146,7 @@ func (s *Subscription) Validate() []FieldError {
 	}
 
 	s.validateDelivery(add)
+	s.RateLimit.validate(add)
 	s.validateRecordExpr(add)
 
 	switch dlt := s.DeadLetterTopic; {

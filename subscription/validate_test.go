@@ -70,6 +70,18 @@ func TestValidateReportsEveryProblemByField(t *testing.T) {
 			s.Ordering, s.MaxInFlight, s.Endpoint.TimeoutMS, s.DeadLetterTopic = OrderPartition, 1, 0, "orders.failed"
 		}},
 		{name: "valid 100 topics", change: func(s *Subscription) { s.Topics = numberedTopics(MaxTopics) }},
+		{name: "valid rate limit, default burst", change: func(s *Subscription) { s.RateLimit = RateLimit{PerSecond: 50} }},
+		{name: "valid rate limit at its bounds", change: func(s *Subscription) {
+			s.RateLimit = RateLimit{PerSecond: MaxRateLimitPerSecond, Burst: MaxRateLimitBurst}
+		}},
+		{name: "rate limit with a burst and no rate", change: func(s *Subscription) { s.RateLimit = RateLimit{Burst: 5} },
+			want: []FieldError{{"rate_limit.per_second", "must be between 1 and 100000 when rate_limit is set"}}},
+		{name: "rate limit out of range, each field named", change: func(s *Subscription) {
+			s.RateLimit = RateLimit{PerSecond: MaxRateLimitPerSecond + 1, Burst: -1}
+		}, want: []FieldError{
+			{"rate_limit.per_second", "must be between 1 and 100000 when rate_limit is set"},
+			{"rate_limit.burst", "must be between 0 (a tenth of per_second) and 100000"},
+		}},
 		{name: "name missing", change: func(s *Subscription) { s.Name = "" },
 			want: []FieldError{{"name", "is required"}}},
 		{name: "name blank", change: func(s *Subscription) { s.Name = " \t" },

@@ -147,6 +147,10 @@ func (br *BatchRetries) Request() (req *Request, n int, ok bool) {
 // Record takes the answer to the last Request: it tells b.OnAttempt,
 // reports the messages it delivered to b.OnDelivered, and returns how long
 // to wait before the next attempt, or more false when the delivery ended.
+// Hold takes d off the time counted against the policy's MaxElapsed, as
+// [Retries.Hold] does.
+func (br *BatchRetries) Hold(d time.Duration) { br.rt.Hold(d) }
+
 func (br *BatchRetries) Record(a Attempt) (wait time.Duration, more bool) {
 	if br.b.OnAttempt != nil {
 		br.b.OnAttempt(a)

@@ -191,6 +191,9 @@ type Retries struct {
 	b     *backoff.Backoff
 	res   Result
 	done  bool
+	// held is time the delivery was held back by keyhook itself (a rate
+	// limit, an open circuit breaker), not counted against MaxElapsed.
+	held time.Duration
 }
 
 // NewRetries returns the budget of one delivery under p, timed by clock
@@ -232,6 +235,15 @@ func (rt *Retries) backoffConfig() backoff.Config {
 		Multiplier: rt.p.Multiplier,
 		Jitter:     rt.p.RandomizationFactor,
 		Clock:      rt.clock,
+	}
+}
+
+// Hold takes d off the time counted against MaxElapsed: the delivery
+// waited that long for keyhook (a rate limit, an open circuit breaker),
+// not for its endpoint, so the wait spends none of its budget.
+func (rt *Retries) Hold(d time.Duration) {
+	if d > 0 {
+		rt.held += d
 	}
 }
 
@@ -302,7 +314,7 @@ func (rt *Retries) record(s step) (time.Duration, bool) {
 		rt.b = backoff.MustNew(rt.backoffConfig()) // checked by Reset
 	}
 	wait := min(max(rt.b.Next(), s.retryAfter), rt.p.MaxInterval)
-	if p := rt.p; p.MaxElapsed > 0 && rt.clock.Now().Sub(rt.res.First)+wait > p.MaxElapsed {
+	if p := rt.p; p.MaxElapsed > 0 && rt.clock.Now().Sub(rt.res.First)-rt.held+wait > p.MaxElapsed {
 		rt.res = exhausted(rt.res, fmt.Sprintf("after %d attempts within %s", n, p.MaxElapsed), s.err)
 		rt.done = true
 		return 0, false

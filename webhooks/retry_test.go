@@ -454,3 +454,23 @@ func TestRetriesInterruptedEndWithoutAck(t *testing.T) {
 		t.Fatalf("Interrupt = %v after %d attempts (%v), want OutcomeRetry after 1 wrapping the cause", res.Outcome, res.Attempts, res.Err)
 	}
 }
+
+// Time the delivery was held by keyhook (Hold) is not counted against
+// MaxElapsed: the same wait without it spends the budget.
+func TestRetriesHeldTimeSpendsNoBudget(t *testing.T) {
+	policy := webhooks.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 100 * time.Millisecond,
+		RandomizationFactor: 1e-9, MaxElapsed: 10 * time.Second}
+	for _, held := range []bool{false, true} {
+		clock := newFakeClock()
+		rt := webhooks.NewRetries(policy, clock)
+		rt.Record(webhooks.Attempt{Status: http.StatusServiceUnavailable, Started: clock.Now()})
+		clock.NewTimer(20 * time.Second) // a breaker open this long
+		if held {
+			rt.Hold(20 * time.Second)
+		}
+		_, more := rt.Record(webhooks.Attempt{Status: http.StatusServiceUnavailable, Started: clock.Now()})
+		if more != held {
+			t.Errorf("held %v: another attempt = %v, want %v", held, more, held)
+		}
+	}
+}

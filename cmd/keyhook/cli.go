@@ -202,7 +202,10 @@ func subscriptionsCmd(ctx context.Context, args []string, getenv func(string) st
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		return printHolding(stdout, st.Partitions, time.Now())
+		if err := printHolding(stdout, st.Partitions, time.Now()); err != nil {
+			return err
+		}
+		return printBreakers(stdout, st.Breakers, time.Now())
 	default:
 		fmt.Fprint(stderr, subscriptionsUsage)
 		return fmt.Errorf("keyhook subscriptions: unknown command %q", verb)
@@ -296,6 +299,9 @@ func showSubscription(c *apiClient, data []byte, stdout io.Writer) error {
 	row("ENDPOINT", s.Endpoint.URL)
 	row("ORDERING", string(s.Ordering))
 	row("MAX IN FLIGHT", strconv.Itoa(s.MaxInFlight))
+	if r := s.RateLimit; r.Enabled() {
+		row("RATE LIMIT", fmt.Sprintf("%d/s, burst %d", r.PerSecond, r.BurstOrDefault()))
+	}
 	row("START", string(s.Start))
 	dlt := s.DeadLetterTopic
 	if dlt == "" {
@@ -504,6 +510,21 @@ func printHolding(w io.Writer, ps []subscription.PartitionStatus, now time.Time)
 		return nil
 	}
 	_, err := fmt.Fprintf(w, "\nThe watermark waits for:\n%s\n", strings.Join(lines, "\n"))
+	return err
+}
+
+// printBreakers names the nodes that stopped sending to the endpoint:
+// its circuit breaker there is open or half-open.
+func printBreakers(w io.Writer, bs []subscription.EndpointBreaker, now time.Time) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\nThe endpoint's circuit breaker is not closed on:\n")
+	for _, br := range bs {
+		fmt.Fprintf(&b, "  %s: %s for %s, %d deliveries waiting (%s)\n", br.Node, br.State, roundAge(now.Sub(br.Since)), br.Waiting, br.Origin)
+	}
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 

@@ -356,3 +356,16 @@ func TestTokenCLICreatesListsAndRevokes(t *testing.T) {
 		t.Errorf("token list without Redis: %v", err)
 	}
 }
+
+func TestPrintBreakersNamesEachNodeAndNothingWhenClosed(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 30, 0, time.UTC)
+	var b strings.Builder
+	if err := printBreakers(&b, nil, now); err != nil || b.Len() != 0 {
+		t.Fatalf("no breakers printed %q (%v), want nothing", b.String(), err)
+	}
+	err := printBreakers(&b, []subscription.EndpointBreaker{{Node: "node-a", Origin: "https://h:443", State: "open", Since: now.Add(-30 * time.Second), Waiting: 12}}, now)
+	want := "\nThe endpoint's circuit breaker is not closed on:\n  node-a: open for 30s, 12 deliveries waiting (https://h:443)\n"
+	if err != nil || b.String() != want {
+		t.Errorf("printed %q (%v), want %q", b.String(), err, want)
+	}
+}

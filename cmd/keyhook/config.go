@@ -148,6 +148,15 @@ func (c *config) knobs() []knob {
 				}
 				return ""
 			}},
+		{name: "breaker-failures", field: "BreakerFailures", doc: "`0` (off)", usage: "consecutive failed attempts (5xx, 408, 425, timeouts, connection errors; not 429) to one endpoint origin that open its circuit breaker on this node: no requests there but one probe per --breaker-interval, its deliveries wait without spending attempts; 0 is off",
+			bind: intFlag(&n.BreakerFailures, 0), check: func() string {
+				if n.BreakerFailures < 0 {
+					return fmt.Sprintf("is %d, must be 0 (off) or more", n.BreakerFailures)
+				}
+				return ""
+			}},
+		{name: "breaker-interval", field: "BreakerInterval", usage: "how long an open circuit breaker waits before its probe (one request at a time); a success closes it, a failure opens it again for as long",
+			bind: durationFlag(&n.BreakerInterval, dispatcher.DefaultBreakerInterval), check: positive(&n.BreakerInterval)},
 		{name: "traces-exporter", field: "TracesExporter", doc: "`OTEL_TRACES_EXPORTER`, else `none`", usage: "where spans go: none, otlp (configured by the OTEL_EXPORTER_OTLP_* variables) or console; empty uses OTEL_TRACES_EXPORTER, else none",
 			bind: stringFlag(&n.TracesExporter, ""), check: func() string {
 				switch strings.ToLower(n.TracesExporter) {

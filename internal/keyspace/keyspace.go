@@ -266,6 +266,17 @@ func (k Keyspace) TokenLastUsed() string {
 	return k.Tokens() + ":last_used"
 }
 
+// Rate limits (package ratelimit).
+
+// RateLimit is the STRING holding a subscription's rate limit state, the
+// theoretical arrival time of its next request (GCRA, in microseconds of
+// the Redis clock), expiring once the limit is full again:
+//
+//	<prefix>:ratelimit:{<subscription>}
+func (k Keyspace) RateLimit(subscription string) string {
+	return k.prefix() + ":ratelimit:{" + subscription + "}"
+}
+
 // Node registry (package nodes).
 
 // Nodes is the HASH from node id to the node's last heartbeat (JSON):

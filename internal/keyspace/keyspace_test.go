@@ -38,6 +38,7 @@ func TestKeysKeepTheirNames(t *testing.T) {
 		{"delivery recent", Keyspace{}, func(k Keyspace) string { return k.DeliveryRecent("sub-1") }, "keyhook:dlog:{sub-1}"},
 		{"delivery failed", Keyspace{}, func(k Keyspace) string { return k.DeliveryFailed("sub-1") }, "keyhook:dlogfailed:{sub-1}"},
 		{"nodes", Keyspace{}, Keyspace.Nodes, "keyhook:nodes"},
+		{"rate limit", Keyspace{}, func(k Keyspace) string { return k.RateLimit("sub-1") }, "keyhook:ratelimit:{sub-1}"},
 		{"nodes, custom prefix", Keyspace{Prefix: "kh:test"}, Keyspace.Nodes, "kh:test:nodes"},
 	} {
 		if got := tt.got(tt.ks); got != tt.want {

@@ -108,6 +108,3 @@ func (o *outbox) isExpiring(r *kgo.Record) bool {
 	defer o.mu.Unlock()
 	return o.expiring[r]
 }
-
-// inFlight is how many records are out.
-func (o *outbox) inFlight() int { return len(o.out) }

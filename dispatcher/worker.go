@@ -319,22 +319,6 @@ func (w *worker) do(f func()) bool {
 	}
 }
 
-// dispatchReady hands the pool the records ready now, as long as a
-// delivery slot is free for each: a channel operation per record rather
-// than a turn of run's select over all its cases, which was a tenth of
-// the worker's time at full load.
-func (w *worker) dispatchReady() {
-	for e := w.m.Peek(); e != nil; e = w.m.Peek() {
-		select {
-		case w.g.pool.slots <- struct{}{}:
-			_ = w.m.Dispatch(e)
-			w.g.pool.startJob(w.outbox.send(w, e))
-		default:
-			return
-		}
-	}
-}
-
 func (w *worker) run() {
 	defer close(w.done)
 	// A claim in flight ends with w.ctx; the loop outlives none.
@@ -397,20 +381,12 @@ func (w *worker) run() {
 			w.processInbox()
 			w.reshape()
 		case send <- struct{}{}:
-			_ = w.m.Dispatch(head) // head is what Peek returned
-			w.g.pool.startJob(w.outbox.send(w, head))
+			w.dispatch(head) // head is what Peek returned
 			w.dispatchReady()
 		case sendRedrive <- struct{}{}:
-			_ = w.m.DispatchExtra(redrive) // redrive is what PeekExtra returned
-			w.g.pool.startRedrive(w.outbox.send(w, redrive))
+			w.dispatchRedrive(redrive) // redrive is what PeekExtra returned
 		case sendBatch <- struct{}{}:
-			w.m.DispatchBatch(w.offer)
-			jobs := make([]job, len(w.offer))
-			for i, e := range w.offer {
-				jobs[i] = w.outbox.send(w, e)
-			}
-			w.g.pool.startBatch(w, jobs)
-			w.offer = nil
+			w.dispatchBatch()
 		case <-batchTimer.C:
 			// The oldest ready record waited long enough: the loop offers
 			// the batch as it is.

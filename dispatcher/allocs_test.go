@@ -3,6 +3,8 @@ package dispatcher
 import (
 	"context"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Allocation budgets of one delivery, measured as the benchmarks of
@@ -35,13 +37,13 @@ func TestDeliveryAllocationsStayWithinBudget(t *testing.T) {
 	}
 	traced := benchRecord()
 	untraced := benchRecord()
-	untraced.Payload.Headers = nil
+	untraced.Headers = nil
 	tests := []struct {
 		name string
 		max  float64
 		url  func(testing.TB) string
 		okay bool // okSender instead of a real client
-		rec  *record
+		rec  *kgo.Record
 	}{
 		{name: "keyhook's own work", max: maxAllocsPerDelivery, okay: true, rec: traced},
 		{name: "keyhook's own work, no trace context", max: maxAllocsPerUntracedDelivery, okay: true, rec: untraced},

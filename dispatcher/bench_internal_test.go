@@ -87,11 +87,11 @@ func BenchmarkDeliveryTelemetry(b *testing.B) {
 			g := &group{n: n, sub: sub, log: n.log, ep: delivery.New(sub, n.cfg.Retry)}
 			g.initTelemetry()
 			w := &worker{g: g, attemptCtx: context.Background(), deliverCtx: context.Background()}
-			rec := &record{Offset: 12345, Payload: &kgo.Record{
+			rec := &kgo.Record{
 				Topic: "t", Partition: 3, Offset: 12345, Key: []byte("customer-42"),
 				Value: make([]byte, 256), Timestamp: time.Now(),
 				Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}},
-			}}
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {

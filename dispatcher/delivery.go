@@ -45,9 +45,10 @@ const deliveryIDPrefix = "dlv_"
 
 // flight is one record's delivery, kept by the pool between attempts.
 type flight struct {
-	g   *group
-	w   *worker
-	rec *record
+	g *group
+	w *worker
+	// rec is the record delivered, which also names it in the result.
+	rec *kgo.Record
 	id  string
 	// ctx carries the delivery's span; it ends when the partition is
 	// lost, not at the drain deadline, so an attempt in flight then runs to
@@ -86,11 +87,11 @@ type flight struct {
 }
 
 // newFlight starts the delivery of rec, from ended when not nil.
-func (g *group) newFlight(w *worker, rec *record, ended *webhooks.Result) *flight {
+func (g *group) newFlight(w *worker, rec *kgo.Record, ended *webhooks.Result) *flight {
 	f := &flight{g: g, w: w, rec: rec, policy: g.ep.Policy(), ended: ended}
-	f.id = DeliveryID(g.sub.ID, rec.Payload.Topic, rec.Payload.Partition, rec.Payload.Offset)
+	f.id = DeliveryID(g.sub.ID, rec.Topic, rec.Partition, rec.Offset)
 	f.ctx, f.span = g.startDelivery(w.attemptCtx, rec, f.id)
-	fillMessage(&f.msg, f.attrs[:0], f.headers[:0], g.sub, rec.Payload, f.id, g.opts.source(rec.Payload.Topic))
+	fillMessage(&f.msg, f.attrs[:0], f.headers[:0], g.sub, rec, f.id, g.opts.source(rec.Topic))
 	f.prepare()
 	return f
 }
@@ -101,7 +102,7 @@ func (g *group) newFlight(w *worker, rec *record, ended *webhooks.Result) *fligh
 // until the registry answers; never dead-lettered for it.
 func (f *flight) prepare() {
 	g := f.g
-	err := g.shape(&f.msg, f.rec.Payload)
+	err := g.shape(&f.msg, f.rec)
 	if recordexpr.IsNotReady(err) {
 		f.pending = err
 		return
@@ -152,7 +153,7 @@ func (f *flight) step() (time.Duration, bool) {
 		wait, more := f.waitForSchema()
 		switch {
 		case !more:
-		case f.rec.Expiring() && g.sub.DeadLetterTopicFor(f.rec.Payload.Topic) != "":
+		case f.w.outbox.isExpiring(f.rec) && g.sub.DeadLetterTopicFor(f.rec.Topic) != "":
 			// The registry has not answered for as long as the topic
 			// keeps records: dead-lettered, undecoded, before retention
 			// deletes it, like a record whose endpoint failed as long.
@@ -174,7 +175,7 @@ func (f *flight) step() (time.Duration, bool) {
 	switch {
 	case f.ended != nil:
 		res, f.ended = *f.ended, nil
-	case f.rt != nil && f.rec.Expiring() && g.sub.DeadLetterTopicFor(f.rec.Payload.Topic) != "":
+	case f.rt != nil && f.w.outbox.isExpiring(f.rec) && g.sub.DeadLetterTopicFor(f.rec.Topic) != "":
 		// It failed, and retention is about to delete it: no further
 		// attempt, it goes to the dead-letter topic now with its attempts
 		// so far. (One not tried yet gets its attempt first.)
@@ -210,12 +211,12 @@ func (f *flight) step() (time.Duration, bool) {
 		g.endDelivery(f.ctx, f.span, f.rec, outcomeDelivered, res)
 		return 0, f.done(true)
 	case webhooks.OutcomeFinal:
-		dlq := g.sub.DeadLetterTopicFor(f.rec.Payload.Topic)
+		dlq := g.sub.DeadLetterTopicFor(f.rec.Topic)
 		if dlq == "" {
 			// Dead-lettering is off: the key blocks and the record is
 			// tried again, with a fresh budget, after the longest backoff.
 			g.log.Warn("delivery failed and dead-lettering is off; key blocked",
-				"topic", f.rec.Payload.Topic, "partition", f.rec.Payload.Partition, "offset", f.rec.Payload.Offset,
+				"topic", f.rec.Topic, "partition", f.rec.Partition, "offset", f.rec.Offset,
 				"status", res.Last.Status, "trace_id", traceID(f.span))
 			f.span.AddEvent("blocked", trace.WithAttributes(attribute.Int("http.response.status_code", res.Last.Status)))
 			wait := f.policy.WithDefaults().MaxInterval
@@ -330,28 +331,32 @@ func withCancelOf(ctx, other context.Context) (context.Context, context.CancelFu
 type batchFlight struct {
 	g    *group
 	w    *worker
-	recs []*record
+	recs []*kgo.Record
 	ctx  context.Context
 	span trace.Span
 	br   *webhooks.BatchRetries
 	// each, once the batch request ended short of success, are the
 	// records delivered one at a time in batch order, which keeps each
 	// key's order; cur is the one under way.
-	each  []*record
+	each  []*kgo.Record
 	cur   *flight
 	ended *webhooks.Result
-	held  map[*record]bool
+	held  map[*kgo.Record]bool
 	// pass is the breaker's pass of the next request, from the pool.
 	pass *breakerPass
 }
 
-func (g *group) newBatchFlight(w *worker, recs []*record) *batchFlight {
-	ctx, span := g.tel.tracer.Start(w.attemptCtx, "process batch "+recs[0].Payload.Topic,
+func (g *group) newBatchFlight(w *worker, jobs []job) *batchFlight {
+	recs := make([]*kgo.Record, len(jobs))
+	for i, j := range jobs {
+		recs[i] = j.rec
+	}
+	ctx, span := g.tel.tracer.Start(w.attemptCtx, "process batch "+recs[0].Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSubscription.String(g.sub.ID), attribute.Int("messaging.batch.message_count", len(recs))))
 	b := &batchFlight{g: g, w: w, recs: recs, ctx: ctx, span: span}
 	b.br = webhooks.NewBatchRetries(&webhooks.BatchDelivery{
-		Messages: batchMessages(g.sub, recs),
+		Messages: batchMessages(g.sub, jobs),
 		Render:   g.ep.RenderBatch,
 		OnAttempt: func(a webhooks.Attempt) {
 			g.observeAttempt(ctx, span, a)
@@ -420,7 +425,7 @@ func (b *batchFlight) step() (time.Duration, bool) {
 func (b *batchFlight) settle() bool {
 	res := b.br.Result()
 	b.br = nil
-	pending := make([]*record, len(res.Pending))
+	pending := make([]*kgo.Record, len(res.Pending))
 	for j, i := range res.Pending {
 		pending[j] = b.recs[i]
 	}
@@ -431,7 +436,7 @@ func (b *batchFlight) settle() bool {
 		b.each = pending
 	case res.Outcome == webhooks.OutcomeFinal:
 		b.span.AddEvent("retry budget spent", trace.WithAttributes(attribute.Int("keyhook.failed", len(pending)-len(res.Held)), attribute.Int("keyhook.attempts", res.Attempts)))
-		b.held = make(map[*record]bool, len(res.Held))
+		b.held = make(map[*kgo.Record]bool, len(res.Held))
 		for _, i := range res.Held {
 			b.held[b.recs[i]] = true
 		}
@@ -504,48 +509,49 @@ func (b *batchFlight) stop() {
 	b.span.End()
 }
 
-func pendingOf(recs []*record, idx []int) []*record {
-	out := make([]*record, len(idx))
+func pendingOf(recs []*kgo.Record, idx []int) []*kgo.Record {
+	out := make([]*kgo.Record, len(idx))
 	for j, i := range idx {
 		out[j] = recs[i]
 	}
 	return out
 }
 
-// batchMessages is recs as webhooks sees a batch: each record's message
-// and its ordering group, the key lane it belongs to (none when the
-// subscription does not order by key).
-func batchMessages(sub *subscription.Subscription, recs []*record) []webhooks.BatchMessage {
+// batchMessages is a batch's jobs as webhooks sees a batch: each
+// record's message and its ordering group, the key lane it belongs to
+// (none when the subscription does not order by key).
+func batchMessages(sub *subscription.Subscription, jobs []job) []webhooks.BatchMessage {
 	lanes := make(map[string]int64)
-	out := make([]webhooks.BatchMessage, len(recs))
-	for i, r := range recs {
+	out := make([]webhooks.BatchMessage, len(jobs))
+	for i, j := range jobs {
 		group := int64(webhooks.NoGroup)
-		if key, ok := r.LaneKey(); ok {
-			g, ok := lanes[key]
+		if j.laned {
+			g, ok := lanes[j.lane]
 			if !ok {
 				g = int64(len(lanes))
-				lanes[key] = g
+				lanes[j.lane] = g
 			}
 			group = g
 		}
-		id := DeliveryID(sub.ID, r.Payload.Topic, r.Payload.Partition, r.Payload.Offset)
-		out[i] = webhooks.BatchMessage{Message: message(sub, r.Payload, id), Group: group}
+		r := j.rec
+		id := DeliveryID(sub.ID, r.Topic, r.Partition, r.Offset)
+		out[i] = webhooks.BatchMessage{Message: message(sub, r, id), Group: group}
 	}
 	return out
 }
 
-func (g *group) abortAll(w *worker, recs []*record) {
+func (g *group) abortAll(w *worker, recs []*kgo.Record) {
 	for _, r := range recs {
 		w.pushResult(result{rec: r})
 	}
 }
 
 // ackBatched records one record of a batch as delivered.
-func (g *group) ackBatched(ctx context.Context, w *worker, r *record) {
+func (g *group) ackBatched(ctx context.Context, w *worker, r *kgo.Record) {
 	g.delivered.Add(1)
 	g.tel.deliveries.Add(ctx, 1, g.opts.outcomeAdd[outcomeDelivered]...)
-	if !r.Payload.Timestamp.IsZero() {
-		g.tel.endToEnd.Record(ctx, time.Since(r.Payload.Timestamp).Seconds(), g.opts.subRecord...)
+	if !r.Timestamp.IsZero() {
+		g.tel.endToEnd.Record(ctx, time.Since(r.Timestamp).Seconds(), g.opts.subRecord...)
 	}
 	w.pushResult(result{rec: r, acked: true})
 }
@@ -615,7 +621,7 @@ func (g *group) newDeadLetterWriter() (deadLetterWriter, error) {
 // already a dead letter of this subscription, or of too many, is not
 // written (an error wrapping deadletter.ErrLoop): it is acked all the
 // same, since it still sits in the dead-letter topic it was read from.
-func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic string, res webhooks.Result, traceID string) error {
+func (g *group) deadLetter(ctx context.Context, rec *kgo.Record, deliveryID, topic string, res webhooks.Result, traceID string) error {
 	errText := ""
 	switch {
 	case res.Err != nil:
@@ -624,13 +630,13 @@ func (g *group) deadLetter(ctx context.Context, rec *record, deliveryID, topic s
 		errText = res.Last.Err.Error()
 	}
 	err := g.dlw.Write(ctx, deadletter.Letter{
-		Subscription: g.sub.ID, Record: rec.Payload, Topic: topic, DeliveryID: deliveryID,
+		Subscription: g.sub.ID, Record: rec, Topic: topic, DeliveryID: deliveryID,
 		Status: res.Last.Status, Error: errText, Attempts: res.Attempts, First: res.First, Last: res.LastAt,
 		TraceID: traceID,
 	})
 	if errors.Is(err, deadletter.ErrLoop) {
 		g.log.Error("record not dead-lettered again: it would loop; acked, it stays in the topic it was read from",
-			"topic", rec.Payload.Topic, "partition", rec.Payload.Partition, "offset", rec.Payload.Offset, "dead_letter_topic", topic,
+			"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "dead_letter_topic", topic,
 			"status", res.Last.Status, "err", err, "trace_id", traceID)
 	}
 	return err

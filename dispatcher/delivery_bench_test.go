@@ -95,12 +95,12 @@ func benchGroup(tb testing.TB, url string) (*group, *worker) {
 	return g, &worker{g: g, attemptCtx: ctx, deliverCtx: ctx}
 }
 
-func benchRecord() *record {
-	return &record{Offset: 12345, Payload: &kgo.Record{
+func benchRecord() *kgo.Record {
+	return &kgo.Record{
 		Topic: "t", Partition: 3, Offset: 12345, Key: []byte("customer-42"),
 		Value: bytes.Repeat([]byte("x"), 256), Timestamp: time.Now(),
 		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}},
-	}}
+	}
 }
 
 // startRawSink serves HTTP/1.1 keep-alive POSTs with 204 and allocates

@@ -62,7 +62,7 @@ func BenchmarkDeliveryLog(b *testing.B) {
 			n := 0
 			for b.Loop() {
 				// A record of its own each time, as a stream has.
-				rec.Payload.Offset = int64(n)
+				rec.Offset = int64(n)
 				n++
 				f := g.newFlight(w, rec, nil)
 				if _, done := f.step(); !done || !f.acked {

@@ -64,7 +64,7 @@ func (w *worker) stalledKeys(now time.Time) tracking.StalledKeys {
 	w.mail.mu.Lock()
 	defer w.mail.mu.Unlock()
 	lanes, total := w.m.Stalled(subscription.KeysPerPartition, now.Add(-slowAfter), func(e *record) bool {
-		_, ok := w.mail.progress[e]
+		_, ok := w.mail.progress[e.Payload]
 		return ok
 	})
 	out := tracking.StalledKeys{Keys: make([]tracking.StalledKey, 0, len(lanes)), Total: total}
@@ -74,7 +74,7 @@ func (w *worker) stalledKeys(now time.Time) tracking.StalledKeys {
 		k.Behind = int64(l.Queued) + l.Parked - 1
 		if h := l.Head; h != nil && h.Out() {
 			k.State, k.Dispatched = string(subscription.KeyInFlight), h.Dispatched
-			if p, ok := w.mail.progress[h]; ok {
+			if p, ok := w.mail.progress[h.Payload]; ok {
 				k.State = string(subscription.KeyRetrying)
 				k.Attempts, k.LastStatus, k.LastError = p.attempts, p.status, p.err
 				if p.next.After(now) {

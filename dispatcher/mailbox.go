@@ -23,7 +23,7 @@ type mailbox struct {
 	// the status of the record holding the watermark; notes counts the
 	// changes, so a partition stuck on a retrying record still writes
 	// its attempts.
-	progress map[*record]progress
+	progress map[*kgo.Record]progress
 	notes    uint64
 
 	// wake has room for one signal: mail came since the loop last looked.
@@ -80,10 +80,10 @@ func (b *mailbox) postRelease(r releaseResult) {
 
 // noteProgress records a record's latest attempt. It wakes nobody: the
 // next flush reads it.
-func (b *mailbox) noteProgress(rec *record, p progress) {
+func (b *mailbox) noteProgress(rec *kgo.Record, p progress) {
 	b.mu.Lock()
 	if b.progress == nil {
-		b.progress = make(map[*record]progress)
+		b.progress = make(map[*kgo.Record]progress)
 	}
 	b.progress[rec] = p
 	b.notes++

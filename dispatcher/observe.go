@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"github.com/twmb/franz-go/pkg/kgo"
 	"time"
 
 	"github.com/keyhook/keyhook/deliverylog"
@@ -30,7 +31,7 @@ type AttemptLog interface {
 // noteAttempt tells the health monitor and the delivery log of an
 // attempt of the record rec's delivery id (nil for a batch request, which
 // the log does not keep), whose round goes on when more.
-func (g *group) noteAttempt(rec *record, deliveryID string, a webhooks.Attempt, more bool) {
+func (g *group) noteAttempt(rec *kgo.Record, deliveryID string, a webhooks.Attempt, more bool) {
 	ok := webhooks.Classify(a) == webhooks.OutcomeSuccess
 	if g.watchHealth {
 		g.n.cfg.Health.Attempt(g.sub, ok, a.Started)
@@ -41,7 +42,7 @@ func (g *group) noteAttempt(rec *record, deliveryID string, a webhooks.Attempt, 
 	}
 	e := deliverylog.Entry{
 		Subscription: g.sub.ID, DeliveryID: deliveryID,
-		Topic: rec.Payload.Topic, Partition: rec.Payload.Partition, Offset: rec.Payload.Offset,
+		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset,
 		Attempt: deliverylog.Attempt{
 			Number: a.Number, Time: a.Started, Status: a.Status,
 			LatencyMS: float64(a.Duration.Microseconds()) / 1000,

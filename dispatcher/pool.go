@@ -128,11 +128,11 @@ func (p *pool) startJob(j job) {
 }
 
 // startBatch does the same for a batch.
-func (p *pool) startBatch(w *worker, recs []*record) {
+func (p *pool) startBatch(w *worker, jobs []job) {
 	p.running.Add(1)
 	go func() {
 		defer p.running.Done()
-		p.serve(p.g.newBatchFlight(w, recs))
+		p.serve(p.g.newBatchFlight(w, jobs))
 	}()
 }
 

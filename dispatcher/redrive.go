@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keyhook/keyhook/deadletter"
 )
 
@@ -38,7 +40,7 @@ type redriver struct {
 	// gone from the queue, by id: true once tried.
 	taken map[*worker]map[string]bool
 	// entries maps each injected record to its redrive and worker.
-	entries map[*record]injected
+	entries map[*kgo.Record]injected
 }
 
 // injected is a redrive injected into a worker.
@@ -48,7 +50,7 @@ type injected struct {
 }
 
 func newRedriver(g *group, q RedriveQueue) *redriver {
-	return &redriver{g: g, q: q, taken: make(map[*worker]map[string]bool), entries: make(map[*record]injected)}
+	return &redriver{g: g, q: q, taken: make(map[*worker]map[string]bool), entries: make(map[*kgo.Record]injected)}
 }
 
 // poll reads the queues of the owned partitions that sources, the node's
@@ -138,8 +140,9 @@ func (r *redriver) take(ctx context.Context, w *worker, rs []deadletter.Redrive)
 				delete(taken, rd.ID)
 				continue
 			}
-			e := w.m.Inject(rd.Key, rd.Record())
-			r.entries[e] = injected{w: w, rd: rd}
+			rec := rd.Record()
+			w.m.Inject(rd.Key, rec)
+			r.entries[rec] = injected{w: w, rd: rd}
 		}
 	})
 }
@@ -150,11 +153,11 @@ func (r *redriver) forget(es []*record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range es {
-		in, ok := r.entries[e]
+		in, ok := r.entries[e.Payload]
 		if !ok {
 			continue
 		}
-		delete(r.entries, e)
+		delete(r.entries, e.Payload)
 		if taken := r.taken[in.w]; taken != nil {
 			delete(taken, in.rd.ID)
 		}
@@ -170,7 +173,7 @@ func (r *redriver) deliver(j job) {
 	delete(r.entries, j.rec)
 	r.mu.Unlock()
 	ctx := j.w.deliverCtx
-	err := r.g.n.redeliver.Redeliver(ctx, r.g.ep, j.rec.Payload, rd.DeliveryID)
+	err := r.g.n.redeliver.Redeliver(ctx, r.g.ep, j.rec, rd.DeliveryID)
 	if ctx.Err() == nil {
 		if err != nil {
 			// Refused again: it stays listed in the dead-letter topic,

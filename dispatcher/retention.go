@@ -150,6 +150,8 @@ func (w *worker) guardRetention(now time.Time) {
 	}
 	w.pub.guardAt.Store(oldest.Add(ret - retentionMargin(ret)).UnixNano())
 	if n := w.m.Expire(cutoff, 10000); n > 0 {
+		// Those out learn of it through the outbox.
+		w.outbox.expired()
 		w.g.tel.expiring.Add(ctx, int64(n), metric.WithAttributeSet(w.attrs))
 		action := "dead-lettered"
 		if w.g.sub.DeadLetterTopicFor(w.tp.topic) == "" {

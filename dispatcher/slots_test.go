@@ -220,6 +220,46 @@ func TestDrainReleasesRetryingRecordsAtOnce(t *testing.T) {
 	}
 }
 
+// A record whose attempt fails while its partition drains gets no retry
+// either: the drain does not wait for its next attempt, nor does the next
+// owner see the retry twice.
+func TestDrainReleasesARecordWhoseAttemptFailsDuringIt(t *testing.T) {
+	topic := testutil.UniqueTopic("drain-fail")
+	brokers := testutil.Kfake(t, 1, topic)
+	rdb := testutil.StartRedis(t).Client()
+	sink := testutil.StartSink(t)
+	var attempts atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	sink.Status = func(d *testutil.Delivery) int {
+		if attempts.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return http.StatusServiceUnavailable
+	}
+	ends := produce(t, brokers, topic, 1, func(int) string { return "failing" }, func(int) int32 { return 0 })
+	sub := newSub("drain-fail-"+topic, topic, sink.URL, subscription.OrderKey, 4)
+	sub.Retry = subscription.RetryPolicy{InitialIntervalMS: 10000, MaxIntervalMS: 10000}
+	const drain = 5 * time.Second
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{sub}, func(c *dispatcher.Config) { c.DrainTimeout = drain })
+	<-started
+	// The attempt fails once the drain began.
+	time.AfterFunc(500*time.Millisecond, func() { close(release) })
+	stopped := time.Now()
+	h.stop(t)
+	took := time.Since(stopped)
+	t.Logf("graceful stop took %v with an attempt failing during the drain and a %v drain timeout", took.Round(time.Millisecond), drain)
+	if took >= drain {
+		t.Errorf("the stop waited %v for the retry of an attempt that failed during the drain, want it released at once", took)
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Errorf("the endpoint saw %d attempts, want 1: the drain made another", n)
+	}
+	if got, err := testutil.Committed(t.Context(), testutil.Admin(t, brokers), sub.GroupID()); err != nil || got[0] >= ends[0] {
+		t.Errorf("committed after the stop = %v (err %v), want below %v: the record is not acked", got, err, ends)
+	}
+}
+
 // stuckSender's attempts never end on their own: each waits for its
 // context, as one queued at a saturated endpoint limiter does.
 type stuckSender struct{ started chan struct{} }

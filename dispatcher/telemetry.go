@@ -431,8 +431,7 @@ var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindCons
 
 // startDelivery opens the span of one delivery: a child of the producer's
 // span when the record carries trace context, a root otherwise.
-func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID string) (context.Context, trace.Span) {
-	r := rec.Payload
+func (g *group) startDelivery(ctx context.Context, r *kgo.Record, deliveryID string) (context.Context, trace.Span) {
 	ctx = g.tel.prop.Extract(ctx, recordCarrier{r})
 	if g.tel.noSpans {
 		// The record's trace context travels on as it is, as a span that
@@ -463,8 +462,7 @@ func (g *group) startDelivery(ctx context.Context, rec *record, deliveryID strin
 }
 
 // attemptAttrs are the messaging attributes each attempt span carries.
-func attemptAttrs(g *group, rec *record, deliveryID string) []attribute.KeyValue {
-	r := rec.Payload
+func attemptAttrs(g *group, r *kgo.Record, deliveryID string) []attribute.KeyValue {
 	return []attribute.KeyValue{
 		semconv.MessagingSystemKafka,
 		semconv.MessagingDestinationName(r.Topic),
@@ -494,13 +492,13 @@ func (g *group) observeAttempt(ctx context.Context, span trace.Span, a webhooks.
 }
 
 // endDelivery records the outcome of a delivery and ends its span.
-func (g *group) endDelivery(ctx context.Context, span trace.Span, rec *record, outcome string, res webhooks.Result) {
+func (g *group) endDelivery(ctx context.Context, span trace.Span, rec *kgo.Record, outcome string, res webhooks.Result) {
 	g.tel.deliveries.Add(ctx, 1, g.opts.outcomeAdd[outcome]...)
 	if !res.First.IsZero() {
 		g.tel.deliveryTime.Record(ctx, res.LastAt.Sub(res.First).Seconds(), g.opts.outcomeRecord[outcome]...)
 	}
-	if outcome != outcomeAborted && !rec.Payload.Timestamp.IsZero() {
-		g.tel.endToEnd.Record(ctx, time.Since(rec.Payload.Timestamp).Seconds(), g.opts.subRecord...)
+	if outcome != outcomeAborted && !rec.Timestamp.IsZero() {
+		g.tel.endToEnd.Record(ctx, time.Since(rec.Timestamp).Seconds(), g.opts.subRecord...)
 	}
 	if !span.IsRecording() {
 		span.End()

@@ -20,28 +20,10 @@ import (
 	"github.com/keyhook/keyhook/tracking"
 )
 
-// record is a fetched record as its partition tracks it until it is acked.
+// record is a fetched record as its partition tracks it until it is
+// acked. Only the worker's loop touches one: the pool gets a job instead
+// (handoff.go).
 type record = partition.Entry[*kgo.Record]
-
-// job is one record handed to the delivery pool, with the worker its
-// result goes back to. The entry stays the worker's machine's: the pool
-// reads only its Payload (the fetched record, never changed once
-// fetched) and Expiring (atomic, set by the retention guard while the
-// entry is out), and otherwise uses the pointer only to name the entry
-// in its result (partition.Entry documents what a delivering goroutine
-// may read).
-type job struct {
-	w   *worker
-	rec *record
-}
-
-// result is what the delivery pool hands back to a worker.
-type result struct {
-	rec *record
-	// acked: delivered or dead-lettered. False means the attempt was
-	// aborted (shutdown, lost partition): the record stays pending.
-	acked bool
-}
 
 // worker owns one assigned partition: a goroutine around the partition's
 // state machine that feeds it fetched records and delivery results, hands
@@ -64,9 +46,11 @@ type worker struct {
 	topicID string
 
 	// mail is what other goroutines hand the loop (mailbox.go); ctrl runs
-	// a function on the loop (do).
-	mail mailbox
-	ctrl chan func()
+	// a function on the loop (do); outbox names the records out with the
+	// delivery pool (handoff.go).
+	mail   mailbox
+	ctrl   chan func()
+	outbox outbox
 
 	// rs gives up the key ranges the group's balancer took away
 	// (reshape.go), rr re-reads parked records (reread.go), guard lets
@@ -269,7 +253,7 @@ func (w *worker) pushResult(r result) {
 }
 
 // noteProgress records a record's latest attempt (from the pool).
-func (w *worker) noteProgress(rec *record, p progress) {
+func (w *worker) noteProgress(rec *kgo.Record, p progress) {
 	w.mail.noteProgress(rec, p)
 }
 
@@ -297,7 +281,7 @@ func (w *worker) holding(now time.Time) (*tracking.Holding, uint64) {
 	if e.Out() {
 		h.Dispatched = e.Dispatched
 	}
-	if p, ok := w.mail.progress[e]; ok {
+	if p, ok := w.mail.progress[e.Payload]; ok {
 		h.Attempts, h.LastStatus, h.LastError = p.attempts, p.status, p.err
 		if p.next.After(now) {
 			h.NextAttempt = p.next
@@ -342,22 +326,6 @@ func (w *worker) do(f func()) bool {
 	}
 }
 
-// dispatchReady hands the pool the records ready now, as long as a
-// delivery slot is free for each: a channel operation per record rather
-// than a turn of run's select over all its cases, which was a tenth of
-// the worker's time at full load.
-func (w *worker) dispatchReady() {
-	for e := w.m.Peek(); e != nil; e = w.m.Peek() {
-		select {
-		case w.g.pool.slots <- struct{}{}:
-			_ = w.m.Dispatch(e)
-			w.g.pool.startJob(job{w: w, rec: e})
-		default:
-			return
-		}
-	}
-}
-
 func (w *worker) run() {
 	defer close(w.done)
 	// A claim in flight ends with w.ctx; the loop outlives none.
@@ -383,7 +351,7 @@ func (w *worker) run() {
 		// is ready only while one is free, so what waits for one stays
 		// in the machine.
 		var send chan<- struct{}
-		var head job
+		var head *record
 		var sendBatch chan<- struct{}
 		leased := w.owned()
 		if batching {
@@ -398,14 +366,14 @@ func (w *worker) run() {
 				sendBatch = w.g.pool.slots
 			}
 		} else if e := w.m.Peek(); e != nil && leased {
-			send, head = w.g.pool.slots, job{w: w, rec: e}
+			send, head = w.g.pool.slots, e
 		}
 		// Redriven dead letters, injected on their key's lane by the
 		// group's redriver, go to its redrive slots (see redrive.go).
 		var sendRedrive chan<- struct{}
-		var redrive job
+		var redrive *record
 		if e := w.m.PeekExtra(); e != nil && leased {
-			sendRedrive, redrive = w.g.pool.redriveSlots, job{w: w, rec: e}
+			sendRedrive, redrive = w.g.pool.redriveSlots, e
 		}
 		select {
 		case <-w.ctx.Done():
@@ -420,16 +388,12 @@ func (w *worker) run() {
 			w.processInbox()
 			w.reshape()
 		case send <- struct{}{}:
-			_ = w.m.Dispatch(head.rec) // head is what Peek returned
-			w.g.pool.startJob(head)
+			w.dispatch(head) // head is what Peek returned
 			w.dispatchReady()
 		case sendRedrive <- struct{}{}:
-			_ = w.m.DispatchExtra(redrive.rec) // redrive is what PeekExtra returned
-			w.g.pool.startRedrive(redrive)
+			w.dispatchRedrive(redrive) // redrive is what PeekExtra returned
 		case sendBatch <- struct{}{}:
-			w.m.DispatchBatch(w.offer)
-			w.g.pool.startBatch(w, w.offer)
-			w.offer = nil
+			w.dispatchBatch()
 		case <-batchTimer.C:
 			// The oldest ready record waited long enough: the loop offers
 			// the batch as it is.
@@ -521,7 +485,12 @@ func recordBytes(r *kgo.Record) int64 {
 
 func (w *worker) processResults() {
 	for _, res := range w.mail.takeResults() {
-		w.m.Done(res.rec, res.acked)
+		e, ok := w.outbox.take(res.rec)
+		if !ok {
+			w.log.Error("a delivery result for a record not out; ignored", "offset", res.rec.Offset)
+			continue
+		}
+		w.m.Done(e, res.acked)
 	}
 	if w.drained != nil && w.m.InFlight() == 0 {
 		close(w.drained)

@@ -34,8 +34,8 @@
 //
 //	machine.go    claiming, offering and accepting records (classify,
 //	              then place), the window, dispatch, acks
-//	entry.go      a record and its entry: one state, and what a
-//	              delivering goroutine may read
+//	entry.go      a record and its entry: one state, owned by the
+//	              machine's goroutine alone
 //	positions.go  the offsets above, the acked set, floors; flush, commit
 //	holdings.go   what records hold of the two budgets: reserve, release
 //	parking.go    parking by offset: lane caps, runs, evict, reread,

@@ -1,9 +1,6 @@
 package partition
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // Record is one fetched record as the machine sees it.
 type Record[P any] struct {
@@ -30,11 +27,10 @@ type Record[P any] struct {
 
 // Entry is a record the machine tracks until it is acked.
 //
-// The goroutine driving the machine owns every field. A goroutine that
-// delivers the entry, once it was dispatched, may read Offset, Payload,
-// Time, Accepted and Dispatched (none changes while the entry is out),
-// LaneKey (an entry out keeps its lane) and Expiring (atomic: Expire
-// marks entries out); nothing else.
+// The goroutine driving the machine owns the entry and every field of
+// it, the exported ones too: Expire marks entries out, Done changes their
+// state. What a delivery elsewhere needs goes to it as values the caller
+// copies on that goroutine (the payload, the lane's key).
 type Entry[P any] struct {
 	// Offset is the record's offset.
 	Offset int64
@@ -59,8 +55,8 @@ type Entry[P any] struct {
 	// is shared: it decides which sharer delivers it.
 	hash uint16
 	// expiring: the topic's retention is about to delete the record (see
-	// Expire). Read by the goroutine delivering it, hence atomic.
-	expiring atomic.Bool
+	// Expire).
+	expiring bool
 }
 
 // state is where an entry is in its life; it is in exactly one.
@@ -90,7 +86,7 @@ const (
 // topic's retention while pending (see Expire): it goes out of its key's
 // turn, and its delivery should end at once (dead-lettered) where the
 // subscription allows.
-func (e *Entry[P]) Expiring() bool { return e.expiring.Load() }
+func (e *Entry[P]) Expiring() bool { return e.expiring }
 
 // Out reports whether the entry was dispatched and has no result yet.
 func (e *Entry[P]) Out() bool { return e.state == stateOut }

@@ -23,11 +23,11 @@ func (m *Machine[P]) Expire(cutoff time.Time, max int) int {
 		if n >= max {
 			break
 		}
-		if e.Time.IsZero() || !e.Time.Before(cutoff) || e.expiring.Load() {
+		if e.Time.IsZero() || !e.Time.Before(cutoff) || e.expiring {
 			continue
 		}
 		n++
-		e.expiring.Store(true)
+		e.expiring = true
 		// It may leave its lane, after which share could not tell its
 		// key's hash: it is fixed now.
 		e.hash = m.entryHash(e)

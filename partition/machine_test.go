@@ -338,3 +338,35 @@ func TestBudgetBoundsHeldBytesAcrossPartitions(t *testing.T) {
 		t.Fatalf("closed machines still hold %d bytes", budget.Used())
 	}
 }
+
+// A batch assembled waits for a delivery slot while the worker goes on:
+// its records are taken, and stay so. The retention guard finding them
+// about to be deleted meanwhile does not make one ready again, which would
+// send it twice, once in the batch and once on its own.
+func TestRecordsTakenIntoABatchStayTakenUntilItGoes(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	m := newMachine(t, Config{Batch: Batch{MaxRecords: 10}, Clock: func() time.Time { return t0 }})
+	m.Claim(nil)
+	rs := recs("0:a", "1:a", "2:a")
+	for i := range rs {
+		rs[i].Time = t0.Add(time.Duration(i) * time.Second)
+	}
+	m.Offer(rs)
+	b, _ := m.Assemble()
+	if diff := cmp.Diff([]int64{0, 1, 2}, offsetsOf(b)); diff != "" {
+		t.Fatalf("batch (-want +got):\n%s", diff)
+	}
+	if n := m.Expire(t0.Add(time.Hour), 100); n != 3 {
+		t.Fatalf("expire found %d, want 3", n)
+	}
+	if e := m.Peek(); e != nil {
+		t.Fatalf("offset %d, taken into the batch, is ready again once found expiring", e.Offset)
+	}
+	m.DispatchBatch(b)
+	for _, e := range b {
+		m.Done(e, true)
+	}
+	if m.Watermark() != 3 || m.InFlight() != 0 || m.Peek() != nil {
+		t.Errorf("after the batch: watermark %d, in flight %d, ready %v; want 3, 0, none", m.Watermark(), m.InFlight(), m.Peek())
+	}
+}

@@ -257,7 +257,7 @@ func (m *Machine[P]) Unpark(recs []Record[P]) int {
 		if rescued {
 			// Out of its key's turn: it waits for nothing.
 			e.lane = nil
-			e.expiring.Store(true)
+			e.expiring = true
 			m.makeReady(e)
 		} else {
 			m.join(l, e)

@@ -349,3 +349,61 @@ func TestTheDeliveryLogKeepsAttemptsAcrossARestartWithinItsCap(t *testing.T) {
 		t.Fatalf("after a restart = %d %+v, want k4's two attempts", code, after)
 	}
 }
+
+// An endpoint origin's breaker opening and closing reach the operator as
+// signed events, once each: a failed probe reopening it is the same
+// outage and sends nothing more.
+func TestABreakerOpeningAndClosingAreSentAsEvents(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "orders")
+	rdb := testutil.StartRedis(t).Client()
+	secret, err := webhooks.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := newOperatorEndpoint(t, secret)
+	node, _ := runNode(t, brokers, rdb, auth.Generate(), func(c *app.Config) {
+		c.Events = app.EventsConfig{URL: op.srv.URL, Secret: secret}
+		c.BreakerFailures, c.BreakerInterval = 3, 300*time.Millisecond
+	})
+	ep := newEndpoint(t, 503)
+	if code := node.call(t, http.MethodPost, "/v1/subscriptions", `{"name":"orders","topics":["orders"],"endpoint":{"url":"`+ep.srv.URL+`"},
+		"dead_letter_topic":"none","retry":{"initial_interval_ms":20,"max_interval_ms":100}}`, nil); code != http.StatusCreated {
+		t.Fatalf("create = %d", code)
+	}
+	for _, k := range []string{"k1", "k2", "k3", "k4"} {
+		produce(t, brokers, "orders", &kgo.Record{Key: []byte(k), Value: []byte(k)})
+	}
+	ofType := func(typ string) []events.Event {
+		evs, _ := op.events()
+		var out []events.Event
+		for _, ev := range evs {
+			if ev.Type == typ {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	eventually(t, 15*time.Second, "an endpoint.breaker_opened event", func() bool { return len(ofType(events.TypeBreakerOpened)) > 0 })
+	// Probes fail for a few intervals: still the one outage.
+	time.Sleep(time.Second)
+	ep.status.Store(200)
+	eventually(t, 15*time.Second, "every key delivered once the endpoint answers", func() bool {
+		return ep.got("k1") && ep.got("k2") && ep.got("k3") && ep.got("k4")
+	})
+	eventually(t, 5*time.Second, "an endpoint.breaker_closed event", func() bool { return len(ofType(events.TypeBreakerClosed)) > 0 })
+	opened, closed := ofType(events.TypeBreakerOpened), ofType(events.TypeBreakerClosed)
+	if len(opened) != 1 || len(closed) != 1 {
+		t.Fatalf("%d opened and %d closed events for one outage, want one each", len(opened), len(closed))
+	}
+	var o events.BreakerOpened
+	var c events.BreakerClosed
+	if err := json.Unmarshal(opened[0].Data, &o); err != nil || !strings.HasPrefix(ep.srv.URL, o.Origin) || o.Failures != 3 || o.ProbeIntervalMS != 300 {
+		t.Errorf("opened event %s (%v): want the endpoint's origin, 3 failures and a 300ms probe interval", opened[0].Data, err)
+	}
+	if err := json.Unmarshal(closed[0].Data, &c); err != nil || c.Origin != o.Origin || c.OpenMS < 1000 {
+		t.Errorf("closed event %s (%v): want the same origin, open for at least the second it failed", closed[0].Data, err)
+	}
+	if _, bad := op.events(); bad != 0 {
+		t.Errorf("%d events failed their signature check", bad)
+	}
+}

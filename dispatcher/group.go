@@ -155,11 +155,34 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		// cooperative-sticky, whose partitions are whole.
 		balancers = []kgo.GroupBalancer{b, wholePartitions{GroupBalancer: balancers[0], g: g}}
 	}
+	opts := n.memberOpts(s.GroupID(), s.Topics, reset, balancers, memberCallbacks{
+		assigned: g.onAssigned, revoked: g.onRevoked, lost: g.onLost, offsets: g.onOffsetsFetched, live: g.live,
+	})
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		g.stopWorkers()
+		return nil, fmt.Errorf("dispatcher: kafka client: %w", err)
+	}
+	g.cl.Store(cl)
+	return g, nil
+}
+
+// memberCallbacks is what a consumer group member of the node, a
+// subscription's group or a reader, is told by its client.
+type memberCallbacks struct {
+	assigned, revoked, lost func(context.Context, *kgo.Client, map[string][]int32)
+	offsets                 func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error)
+	live                    *liveness
+}
+
+// memberOpts are the options of a client joining group to consume
+// topics, partitions without a commit starting at reset.
+func (n *Node) memberOpts(group string, topics []string, reset kgo.Offset, balancers []kgo.GroupBalancer, cb memberCallbacks) []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(n.cfg.Brokers...),
 		kgo.ClientID("keyhook-" + n.cfg.NodeID),
-		kgo.ConsumerGroup(s.GroupID()),
-		kgo.ConsumeTopics(s.Topics...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(reset),
 		kgo.DisableAutoCommit(),
 		kgo.Balancers(balancers...),
@@ -173,20 +196,13 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 		kgo.FetchMaxWait(500 * time.Millisecond),
-		kgo.OnPartitionsAssigned(g.onAssigned),
-		kgo.OnPartitionsRevoked(g.onRevoked),
-		kgo.OnPartitionsLost(g.onLost),
-		kgo.AdjustFetchOffsetsFn(g.onOffsetsFetched),
-		kgo.WithHooks(g.live),
+		kgo.OnPartitionsAssigned(cb.assigned),
+		kgo.OnPartitionsRevoked(cb.revoked),
+		kgo.OnPartitionsLost(cb.lost),
+		kgo.AdjustFetchOffsetsFn(cb.offsets),
+		kgo.WithHooks(cb.live),
 	}
-	opts = append(opts, n.cfg.KafkaOptions...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		g.stopWorkers()
-		return nil, fmt.Errorf("dispatcher: kafka client: %w", err)
-	}
-	g.cl.Store(cl)
-	return g, nil
+	return append(opts, n.cfg.KafkaOptions...)
 }
 
 // run polls until ctx ends, then shuts down in this order: stop polling,

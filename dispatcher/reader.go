@@ -106,29 +106,9 @@ func newReader(n *Node, topics []string, first *group) (*reader, error) {
 	r.log = n.log.With("reader", gid)
 	r.attrs = attribute.NewSet(attribute.String("reader", gid))
 	r.live = newLiveness(n.cfg.lease(), nil)
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(n.cfg.Brokers...),
-		kgo.ClientID("keyhook-" + n.cfg.NodeID),
-		kgo.ConsumerGroup(gid),
-		kgo.ConsumeTopics(r.topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DisableAutoCommit(),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.SessionTimeout(n.cfg.SessionTimeout),
-		kgo.HeartbeatInterval(n.cfg.heartbeatInterval()),
-		// Rebalances wait while a poll's records are handed to the
-		// cursors, so none receives records of a partition it lost.
-		kgo.BlockRebalanceOnPoll(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-		kgo.FetchMaxWait(500 * time.Millisecond),
-		kgo.OnPartitionsAssigned(r.onAssigned),
-		kgo.OnPartitionsRevoked(r.onRevoked),
-		kgo.OnPartitionsLost(r.onLost),
-		kgo.AdjustFetchOffsetsFn(r.startOffsets),
-		kgo.WithHooks(r.live),
-	}
-	opts = append(opts, n.cfg.KafkaOptions...)
+	opts := n.memberOpts(gid, r.topics, kgo.NewOffset().AtStart(), []kgo.GroupBalancer{kgo.CooperativeStickyBalancer()}, memberCallbacks{
+		assigned: r.onAssigned, revoked: r.onRevoked, lost: r.onLost, offsets: r.startOffsets, live: r.live,
+	})
 	first.rd, first.live = r, r.live
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

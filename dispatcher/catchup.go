@@ -35,10 +35,9 @@ type cursorSource struct {
 	// batches brings what the pass read; its one slot holds the pass back
 	// while the machine has no room.
 	batches chan catchupBatch
-	// detaches counts the times the worker left the shared stream;
-	// noticed is when the last one was told of (Config.CursorDetached).
-	detaches int64
-	noticed  time.Time
+	// noticed is when the worker last told of falling behind
+	// (Config.CursorDetached).
+	noticed time.Time
 }
 
 // detachNoticeEvery bounds how often a partition's cursor falling behind
@@ -115,7 +114,6 @@ func (w *worker) detach(why string) {
 		return
 	}
 	w.src.detached = true
-	w.src.detaches++
 	w.pub.detached.Store(true)
 	w.g.tel.detached.Add(context.Background(), 1, metric.WithAttributeSet(w.attrs))
 	w.log.Debug("cursor left the shared read", "why", why, "at", w.src.offered)

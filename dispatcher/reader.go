@@ -61,7 +61,6 @@ func topicSetKey(topics []string) string {
 // cursor reading them.
 type reader struct {
 	n       *Node
-	key     string
 	groupID string
 	topics  []string
 	log     *slog.Logger
@@ -95,7 +94,7 @@ type reader struct {
 // kgo.NewClient returns).
 func newReader(n *Node, topics []string, first *group) (*reader, error) {
 	r := &reader{
-		n: n, key: topicSetKey(topics), topics: slices.Clone(topics),
+		n: n, topics: slices.Clone(topics),
 		cursors: map[*group]struct{}{first: {}},
 		owned:   make(map[topicPartition]int32),
 		pos:     make(map[topicPartition]*atomic.Int64),

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"math/big"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/recordexpr"
 )
 
@@ -23,23 +23,9 @@ import (
 // serializers, fastavro and grpcio-tools: the venv that .ci/run fills.
 // Without one the test is skipped, except under CI, which must run it.
 func confluentPython(t *testing.T) string {
-	t.Helper()
-	var candidates []string
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, ".cache", "keyhook", "venv", "bin", "python"))
-	}
-	candidates = append(candidates, "python3")
-	for _, py := range candidates {
-		if exec.Command(py, "-c", "import confluent_kafka.schema_registry.avro, fastavro, grpc_tools, jsonschema").Run() == nil {
-			return py
-		}
-	}
-	msg := "python with confluent-kafka, fastavro and grpcio-tools not found (.ci/run installs them into ~/.cache/keyhook/venv)"
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must check the decoding against confluent-kafka's serializers: %s", msg)
-	}
-	t.Skip("SKIPPED: " + msg)
-	return ""
+	return testutil.Python(t, "import confluent_kafka.schema_registry.avro, fastavro, grpc_tools, jsonschema",
+		"check the decoding against confluent-kafka's serializers",
+		"confluent-kafka, fastavro and grpcio-tools: .ci/run installs them into ~/.cache/keyhook/venv")
 }
 
 // confluentRecord is one line of testdata/confluent_serde.py.

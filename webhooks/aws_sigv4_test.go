@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -27,30 +27,10 @@ const (
 	testSessionToken = "FwoGZXIvYXdzEKEYHOOKSESSIONTOKEN//////////"
 )
 
-// botocore returns a Python that can import botocore: the venv that
-// .ci/run and scripts/contract.sh make, else python3 on PATH. Without
-// one the test is skipped, except under CI, which must run it.
+// botocore returns a Python that can import botocore (testutil.Python).
 func botocore(t *testing.T) string {
-	t.Helper()
-	var candidates []string
-	if p := os.Getenv("KEYHOOK_PYTHON"); p != "" {
-		candidates = append(candidates, p)
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, ".cache", "keyhook", "venv", "bin", "python"))
-	}
-	candidates = append(candidates, "python3")
-	for _, py := range candidates {
-		if exec.Command(py, "-c", "import botocore").Run() == nil {
-			return py
-		}
-	}
-	msg := "python with botocore not found (.ci/run installs it: python3 -m venv ~/.cache/keyhook/venv && ~/.cache/keyhook/venv/bin/pip install botocore)"
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must verify SigV4 signatures with botocore: %s", msg)
-	}
-	t.Skip("SKIPPED: " + msg)
-	return ""
+	return testutil.Python(t, "import botocore", "verify SigV4 signatures with botocore",
+		".ci/run installs it: python3 -m venv ~/.cache/keyhook/venv && ~/.cache/keyhook/venv/bin/pip install botocore")
 }
 
 // awsEnv gives the standard AWS chain the test credentials and nothing

@@ -50,6 +50,24 @@ func (e *Endpoint) Received() (all, slow int64) { return e.received.Load(), e.sl
 // Produce writes records with keys customer-1..keys and SlowKey to topic at
 // about rate records per second until ctx ends.
 func Produce(ctx context.Context, cl *kgo.Client, topic string, keys int, rate int) error {
+	return paced(ctx, rate, func(seq int) error {
+		key := fmt.Sprintf("customer-%d", seq%keys+1)
+		if seq%(keys+1) == keys {
+			key = SlowKey
+		}
+		produce(ctx, cl, &kgo.Record{
+			Topic:   topic,
+			Key:     []byte(key),
+			Value:   fmt.Appendf(nil, `{"customer":%q,"seq":%d}`, key, seq),
+			Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/json")}},
+		})
+		return nil
+	})
+}
+
+// paced calls write with 0, 1, 2… at about rate calls per second until
+// ctx ends (nil) or write fails.
+func paced(ctx context.Context, rate int, write func(seq int) error) error {
 	t := time.NewTicker(time.Second / time.Duration(rate))
 	defer t.Stop()
 	for seq := 0; ; seq++ {
@@ -58,21 +76,16 @@ func Produce(ctx context.Context, cl *kgo.Client, topic string, keys int, rate i
 			return nil
 		case <-t.C:
 		}
-		key := fmt.Sprintf("customer-%d", seq%keys+1)
-		if seq%(keys+1) == keys {
-			key = SlowKey
+		if err := write(seq); err != nil {
+			return err
 		}
-		rec := &kgo.Record{
-			Topic:   topic,
-			Key:     []byte(key),
-			Value:   fmt.Appendf(nil, `{"customer":%q,"seq":%d}`, key, seq),
-			Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/json")}},
-		}
-		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			// A failed demo write is only a missing demo record.
-			_ = err
-		})
 	}
+}
+
+// produce writes rec without waiting: a failed demo write is only a
+// missing demo record.
+func produce(ctx context.Context, cl *kgo.Client, rec *kgo.Record) {
+	cl.Produce(ctx, rec, func(*kgo.Record, error) {})
 }
 
 // OrderSchema is the Avro schema of the records ProduceAvro writes.
@@ -94,14 +107,7 @@ func ProduceAvro(ctx context.Context, cl *kgo.Client, topic string, schemaID, ke
 		return fmt.Errorf("demo: %w", err)
 	}
 	var h sr.ConfluentHeader
-	t := time.NewTicker(time.Second / time.Duration(rate))
-	defer t.Stop()
-	for seq := 0; ; seq++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	return paced(ctx, rate, func(seq int) error {
 		key := fmt.Sprintf("customer-%d", seq%keys+1)
 		order := map[string]any{
 			"order_id": fmt.Sprintf("o-%d", seq), "customer": key,
@@ -114,9 +120,7 @@ func ProduceAvro(ctx context.Context, cl *kgo.Client, topic string, schemaID, ke
 			return fmt.Errorf("demo: %w", err)
 		}
 		value, _ := h.AppendEncode(nil, schemaID, nil) // never fails
-		rec := &kgo.Record{Topic: topic, Key: []byte(key), Value: append(value, b...)}
-		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			_ = err // a failed demo write is only a missing demo record
-		})
-	}
+		produce(ctx, cl, &kgo.Record{Topic: topic, Key: []byte(key), Value: append(value, b...)})
+		return nil
+	})
 }

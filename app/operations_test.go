@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/keyhook/keyhook/internal/keyspace"
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/monitor"
+	"github.com/keyhook/keyhook/subscription"
 	"github.com/keyhook/keyhook/webhooks"
 )
 
@@ -405,5 +407,40 @@ func TestABreakerOpeningAndClosingAreSentAsEvents(t *testing.T) {
 	}
 	if _, bad := op.events(); bad != 0 {
 		t.Errorf("%d events failed their signature check", bad)
+	}
+}
+
+// With the shared read a subscription's consumer group has no member, so
+// a seek cannot wait for it to empty: it waits until every node said it
+// owns none of the subscription's partitions. A seek to the earliest
+// offset then delivers every record once more and moves the commit back
+// to the end after that, with no cursor writing its old state over it.
+func TestASeekWithTheSharedReadRedeliversFromTheStart(t *testing.T) {
+	brokers := testutil.Kfake(t, 1, "orders")
+	rdb := testutil.StartRedis(t).Client()
+	node, _ := runNode(t, brokers, rdb, auth.Generate(), func(c *app.Config) { c.SharedRead = true })
+	ep := newEndpoint(t, 200)
+	var sub struct{ ID string }
+	if code := node.call(t, http.MethodPost, "/v1/subscriptions", `{"name":"orders","topics":["orders"],"endpoint":{"url":"`+ep.srv.URL+`"},
+		"dead_letter_topic":"none","start":"earliest"}`, &sub); code != http.StatusCreated {
+		t.Fatalf("create = %d", code)
+	}
+	const n = 20
+	for i := range n {
+		produce(t, brokers, "orders", &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})
+	}
+	eventually(t, 20*time.Second, "every record delivered", func() bool { return ep.count() == n })
+	group := (&subscription.Subscription{ID: sub.ID}).GroupID()
+	adm := testutil.Admin(t, brokers)
+	testutil.WaitCommitted(t, adm, group, map[int32]int64{0: n}, 20*time.Second)
+
+	if code := node.call(t, http.MethodPost, "/v1/subscriptions/"+sub.ID+"/seek", `{"to":"earliest"}`, nil); code != http.StatusOK {
+		t.Fatalf("seek = %d", code)
+	}
+	eventually(t, 30*time.Second, "every record delivered again after the seek", func() bool { return ep.count() == 2*n })
+	testutil.WaitCommitted(t, adm, group, map[int32]int64{0: n}, 20*time.Second)
+	time.Sleep(time.Second)
+	if c := ep.count(); c != 2*n {
+		t.Errorf("%d requests after the seek settled, want %d: each record once before and once after", c, 2*n)
 	}
 }

@@ -50,6 +50,9 @@ func (noTracker) FlushRanges(_ context.Context, fs []tracking.PartitionFlush) []
 	}
 	return out
 }
+func (noTracker) RenewRanges(_ context.Context, rs []tracking.PartitionRenewal) []error {
+	return make([]error, len(rs))
+}
 func (noTracker) ReleaseRanges(context.Context, tracking.PartitionKey, int64, keyrange.Set) error {
 	return nil
 }

@@ -64,6 +64,7 @@ func (w *worker) claimed(r claimResult) {
 		w.g.countStartReset(w.tp, resetStaleTracking)
 	}
 	w.epoch = r.c.Epoch
+	w.pub.epoch.Store(w.epoch)
 	w.lease.renew(r.sent, w.log)
 	var floors []partition.Floor
 	for _, f := range r.c.Floors {

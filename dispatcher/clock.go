@@ -12,9 +12,10 @@ import "time"
 // What is due, and when:
 //   - a flush of changed state: at once (flush runs after every turn of
 //     the loop; the flusher's round is the one interval it waits);
-//   - a lease renewal: when half the lease is left (lease.runsLow);
-//   - the end of the membership's confirmation: its state is then written
-//     every round until the coordinator answers (see flush);
+//   - with records pending, a lease renewal: when half the lease is left
+//     (lease.runsLow); and the end of the membership's confirmation: its
+//     state is then written every round until the coordinator answers
+//     (see flush). An idle partition's lease is the node's renewer's;
 //   - a claim retry, a release retry, the retention guard: at their time;
 //   - records waiting for the node's budget, parked records (a pass to
 //     start, keep or end) and a detached cursor waiting for a catch-up
@@ -46,10 +47,13 @@ func (w *worker) nextDue(now time.Time) time.Time {
 	if w.rs.target.Load() != nil && !w.rs.retryAt.IsZero() {
 		at(w.rs.retryAt)
 	}
-	if !w.retired.Load() {
+	if !w.retired.Load() && w.m.Pending()+w.m.Backlog() > 0 {
 		// The lease runs low at half its length; the membership's
 		// confirmation ends at its time. Once past either, flush writes
-		// the state at every round and the results wake the loop.
+		// the state at every round and the results wake the loop. A
+		// partition with nothing pending waits for neither: the node's
+		// renewer keeps its lease (renewer.go), and nothing of it is in
+		// flight for a new owner's claim to fence.
 		at(w.lease.lowAt())
 		at(w.g.live.confirmedUntil())
 	}
@@ -81,16 +85,18 @@ func (w *worker) publishHolding() {
 	}
 }
 
-// clock is the loop's one timer, armed only when something is due. Only
-// the loop uses it.
+// clock is the loop's one timer, armed only when something is due. It
+// runs a function when it fires rather than sending on a channel, so a
+// loop asleep without a goroutine is woken by it (worker.start). Only the
+// loop arms it.
 type clock struct {
 	t *time.Timer
 	// at is when t fires, zero when it is stopped.
 	at time.Time
 }
 
-func newClock() *clock {
-	t := time.NewTimer(time.Hour)
+func newClock(fire func()) *clock {
+	t := time.AfterFunc(time.Hour, fire)
 	t.Stop()
 	return &clock{t: t}
 }

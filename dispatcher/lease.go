@@ -14,7 +14,8 @@ import (
 // (SIGSTOP, a VM paused) must not deliver on stale ownership when it
 // resumes.
 //
-// Only the worker's loop writes it; the pool reads end (held).
+// The worker's loop and the node's renewer extend end (extend); the pool
+// reads it (held). lapseLogged is the loop's.
 type lease struct {
 	// born is the monotonic time base of end and of the send times.
 	born time.Time
@@ -39,17 +40,32 @@ func (l *lease) held() bool { return l.heldAt(time.Now()) }
 func (l *lease) heldAt(now time.Time) bool { return int64(now.Sub(l.born)) < l.end.Load() }
 
 // renew extends the lease from sent, when a write sent then was accepted
-// by the tracker.
+// by the tracker. Only the loop calls it: it logs the end of a lapse.
 func (l *lease) renew(sent time.Duration, log *slog.Logger) {
+	l.extend(sent)
+	l.noteConfirmed(log)
+}
+
+// extend extends the lease from sent, when a write or a renewal sent then
+// was accepted by the tracker, and reports whether the lease was held
+// before. Any goroutine may call it (the node's renewer does).
+func (l *lease) extend(sent time.Duration) (held bool) {
 	end := int64(sent + l.length)
-	if end <= l.end.Load() {
-		return
+	for {
+		cur := l.end.Load()
+		held = int64(l.since()) < cur
+		if end <= cur || l.end.CompareAndSwap(cur, end) {
+			return held
+		}
 	}
-	if !l.held() && l.lapseLogged {
+}
+
+// noteConfirmed logs, once, that a lapse the loop logged ended.
+func (l *lease) noteConfirmed(log *slog.Logger) {
+	if l.lapseLogged && l.held() {
 		log.Info("ownership confirmed again; deliveries resume")
+		l.lapseLogged = false
 	}
-	l.lapseLogged = false
-	l.end.Store(end)
 }
 
 // runsLow reports whether the lease has less than half its length left:

@@ -25,18 +25,55 @@ type mailbox struct {
 	// its attempts.
 	progress map[*kgo.Record]progress
 	notes    uint64
+	// refused is set when the node's renewer had the claim refused: the
+	// loop flushes to learn why (renewer.go).
+	refused bool
+	// ctrl are functions to run on the loop (worker.do).
+	ctrl []func()
 
 	// wake has room for one signal: mail came since the loop last looked.
 	wake chan struct{}
+	// onWake starts the loop if it sleeps (worker.kick); nil in a zero
+	// mailbox.
+	onWake func()
 }
 
-func newMailbox() mailbox { return mailbox{wake: make(chan struct{}, 1)} }
+func newMailbox(onWake func()) mailbox { return mailbox{wake: make(chan struct{}, 1), onWake: onWake} }
 
+// signal tells the loop mail came, and starts it if it sleeps: it is
+// called after the mail is in, so a loop going to sleep sees either the
+// mail or the signal (worker.run).
 func (b *mailbox) signal() {
 	select {
 	case b.wake <- struct{}{}:
 	default:
 	}
+	if b.onWake != nil {
+		b.onWake()
+	}
+}
+
+func (b *mailbox) postRefused() {
+	b.mu.Lock()
+	b.refused = true
+	b.mu.Unlock()
+	b.signal()
+}
+
+func (b *mailbox) postCtrl(f func()) {
+	b.mu.Lock()
+	b.ctrl = append(b.ctrl, f)
+	b.mu.Unlock()
+	b.signal()
+}
+
+// takeCtrl takes the functions to run and whether a renewal was refused.
+func (b *mailbox) takeCtrl() (fs []func(), refused bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fs, refused = b.ctrl, b.refused
+	b.ctrl, b.refused = nil, false
+	return fs, refused
 }
 
 func (b *mailbox) postFetched(rs []*kgo.Record) {

@@ -43,6 +43,8 @@ type Tracker interface {
 	// trip, answering each in order; a flush answers the partition's
 	// merged watermark over every sharer.
 	FlushRanges(ctx context.Context, fs []tracking.PartitionFlush) []tracking.FlushResult
+	// RenewRanges confirms claims as a flush would, writing no state.
+	RenewRanges(ctx context.Context, rs []tracking.PartitionRenewal) []error
 	ReleaseMany(ctx context.Context, rs []tracking.PartitionRelease) []error
 	// ReleaseRanges gives up part of a claim, drained and flushed.
 	ReleaseRanges(ctx context.Context, pk tracking.PartitionKey, epoch int64, ranges keyrange.Set) error
@@ -71,6 +73,8 @@ type Node struct {
 	// flusher writes the tracking state of all partitions, one round per
 	// FlushInterval.
 	flusher *flusher
+	// renewer renews the ownership leases of the node's partitions.
+	renewer *renewer
 	// loops commit, read the topics and poll the redrive queues of every
 	// group, one goroutine each for the node.
 	loops *loops
@@ -130,6 +134,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		budget:   budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
 	}
+	n.renewer = newRenewer(tracker, cfg.lease(), n.log)
 	n.loops = newLoops(n)
 	if n.breakers, err = newBreakers(n); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -222,6 +227,11 @@ func (n *Node) Run(ctx context.Context) error {
 		defer close(flusherDone)
 		n.flusher.run(fctx)
 	}()
+	renewerDone := make(chan struct{})
+	go func() {
+		defer close(renewerDone)
+		n.renewer.run(fctx)
+	}()
 	// The loops stop once the last group left them.
 	lctx, stopLoops := context.WithCancel(context.Background())
 	loopsDone := make(chan struct{})
@@ -247,6 +257,7 @@ func (n *Node) Run(ctx context.Context) error {
 	<-loopsDone
 	stopFlusher()
 	<-flusherDone
+	<-renewerDone
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("dispatcher: watch subscriptions: %w", err)
 	}

@@ -25,7 +25,7 @@ import (
 // (handoff.go).
 type record = partition.Entry[*kgo.Record]
 
-// worker owns one assigned partition: a goroutine around the partition's
+// worker owns one assigned partition: a loop around the partition's
 // state machine that feeds it fetched records and delivery results, hands
 // what it makes ready to the delivery pool, pauses and resumes the fetch
 // as it decides, and hands its snapshots to the node's flusher. Its loop
@@ -33,6 +33,12 @@ type record = partition.Entry[*kgo.Record]
 // back as events, so a slow Redis cannot stall deliveries. Other
 // goroutines talk to it through push, pushResult, pushFlushed and do, and
 // read what it publishes.
+//
+// The loop has a goroutine only while it has something to do: one with
+// nothing but events to wait for (mail, its clock, the end of its
+// context) returns, and the next event starts it again (kick). A node's
+// idle partitions thus cost no goroutine; with a thousand subscriptions
+// they were most of its goroutines.
 type worker struct {
 	g   *group
 	tp  topicPartition
@@ -45,12 +51,17 @@ type worker struct {
 	// the claim drops tracking state of another ID (a deleted topic).
 	topicID string
 
-	// mail is what other goroutines hand the loop (mailbox.go); ctrl runs
-	// a function on the loop (do); outbox names the records out with the
+	// mail is what other goroutines hand the loop (mailbox.go), functions
+	// to run on it (do) included; outbox names the records out with the
 	// delivery pool (handoff.go).
 	mail   mailbox
-	ctrl   chan func()
 	outbox outbox
+	// awake is set while the loop has a goroutine (or one is starting),
+	// and before start: the one that sets it starts it (kick); the loop
+	// clears it when it goes to sleep, and never once it ended.
+	awake atomic.Bool
+	// due is set by the clock's timer when it fires; the loop clears it.
+	due atomic.Bool
 
 	// rs gives up the key ranges the group's balancer took away
 	// (reshape.go), rr re-reads parked records (reread.go), guard lets
@@ -117,14 +128,22 @@ type worker struct {
 	// claimWait paces the tries after refusals.
 	claimAt   time.Time
 	claimWait *backoff.Backoff
-	// turns counts the loop's iterations (a test reads how often an idle
-	// partition wakes).
-	turns uint64
+	// turnCount counts the loop's iterations (a test reads how often an
+	// idle partition wakes); begun is set once the first turn ran.
+	turnCount uint64
+	begun     bool
 	// keys is what the flushes wrote of the keys not flowing (keys.go).
 	keys keyList
 
 	// lease is the ownership lease (lease.go); its clock is the worker's.
 	lease lease
+	// clk wakes the loop when something is due (clock.go); batchTimer
+	// when a batch waited long enough (batchArmed: it is set).
+	clk        *clock
+	batchTimer *time.Timer
+	batchArmed bool
+	// refused: the renewer had the claim refused; the next flush writes.
+	refused bool
 }
 
 // progress is a record's latest attempt.
@@ -157,8 +176,10 @@ type published struct {
 	pending   atomic.Int64
 	// commitable is the offset the committer may commit, -1 none.
 	commitable atomic.Int64
-	// ranges are the key ranges the node delivers, nil before the claim.
+	// ranges are the key ranges the node delivers, nil before the claim;
+	// epoch the claim's.
 	ranges atomic.Pointer[keyrange.Set]
+	epoch  atomic.Int64
 	// notOwned counts the records read that other sharers deliver.
 	notOwned atomic.Int64
 	// holdingSince is when the record holding the watermark was read,
@@ -205,14 +226,15 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 		g: g, tp: tp, pk: g.partitionKey(tp), gen: gen,
 		log:   g.log.With("topic", tp.topic, "partition", tp.partition),
 		attrs: partitionAttrs(g.sub.ID, tp),
-		mail:  newMailbox(),
-		ctrl:  make(chan func()),
 		rr:    rereader{batches: make(chan rereadBatch, 1)},
 		src:   cursorSource{offered: -1, batches: make(chan catchupBatch, 1)},
 		done:  make(chan struct{}),
 		m:     m,
 		lease: newLease(g.n.cfg.lease()),
 	}
+	w.mail = newMailbox(w.kick)
+	// No goroutine before start: what comes before it waits in the mail.
+	w.awake.Store(true)
 	// A whole partition is nil, as the machine wants it.
 	if !ranges.IsFull() {
 		w.rs.assigned = ranges
@@ -231,7 +253,28 @@ func (w *worker) start(parent context.Context) {
 	w.attemptCtx, w.cancelAttempts = context.WithCancel(w.ctx)
 	w.deliverCtx, w.cancelDeliver = context.WithCancel(w.attemptCtx)
 	context.AfterFunc(w.deliverCtx, func() { w.g.pool.stopRetries(w) })
+	w.clk = newClock(func() {
+		w.due.Store(true)
+		w.signal()
+	})
+	w.batchTimer = time.NewTimer(time.Hour)
+	w.batchTimer.Stop()
+	w.claimWait = backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
+	// The first claim is due at once.
+	w.claimAt = time.Now()
+	w.due.Store(true)
+	w.g.n.renewer.add(w)
+	// The loop wakes to end with the context.
+	context.AfterFunc(w.ctx, w.signal)
+	w.mail.signal()
 	go w.run()
+}
+
+// kick starts the loop's goroutine unless it runs.
+func (w *worker) kick() {
+	if w.awake.CompareAndSwap(false, true) {
+		go w.run()
+	}
 }
 
 // setBase records the group's committed offset for the partition (negative
@@ -314,39 +357,73 @@ func (w *worker) owned() bool {
 
 func (w *worker) signal() { w.mail.signal() }
 
-// do runs f on the worker's loop and waits for it; false if the loop ended.
+// do runs f on the worker's loop and waits for it; false if the loop ended
+// without running it.
 func (w *worker) do(f func()) bool {
 	ran := make(chan struct{})
+	w.mail.postCtrl(func() { f(); close(ran) })
 	select {
-	case w.ctrl <- func() { f(); close(ran) }:
-		<-ran
+	case <-ran:
 		return true
 	case <-w.done:
-		return false
+		select {
+		case <-ran:
+			return true
+		default:
+			return false
+		}
 	}
 }
 
+// run is the loop's goroutine: it runs turns until the loop has nothing
+// but events to wait for, and then ends, unless an event came meanwhile.
+// An event posts its mail before it signals (mailbox.signal), and the
+// loop clears awake before it looks for mail a last time: either it sees
+// the mail, or the sender's kick sees awake cleared and starts a new
+// goroutine. One of them runs the loop, never both.
 func (w *worker) run() {
-	defer close(w.done)
-	// A claim in flight ends with w.ctx; the loop outlives none.
-	defer w.bg.Wait()
-	// What the partition held goes back to the node's budget.
-	defer w.m.Close()
-	clk := newClock()
-	defer clk.stop()
-	// The first claim is due at once.
-	w.claimAt = time.Now()
-	clk.arm(w.claimAt, w.claimAt)
-	w.claimWait = backoff.MustNew(backoff.Config{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
-	// Until the claim succeeds the partition is paused: without the acked
-	// set this node would redeliver what the previous owner finished.
-	w.applyPause()
-	batching := w.g.sub.Batch.Enabled()
-	batchTimer := time.NewTimer(time.Hour)
-	batchTimer.Stop()
-	defer batchTimer.Stop()
 	for {
-		w.turns++
+		if w.turns() {
+			w.finish()
+			return
+		}
+		w.awake.Store(false)
+		if len(w.mail.wake) == 0 && w.ctx.Err() == nil {
+			return
+		}
+		if !w.awake.CompareAndSwap(false, true) {
+			return // a sender's kick started another goroutine
+		}
+	}
+}
+
+// finish releases what the loop held once its context ended.
+func (w *worker) finish() {
+	w.clk.stop()
+	w.batchTimer.Stop()
+	w.g.n.renewer.remove(w)
+	// What the partition held goes back to the node's budget.
+	w.m.Close()
+	// A claim in flight ends with w.ctx; the loop outlives none.
+	w.bg.Wait()
+	close(w.done)
+}
+
+// turns runs the loop's turns until it has nothing to do but wait for an
+// event (false), or its context ended (true).
+func (w *worker) turns() (ended bool) {
+	for {
+		if w.ctx.Err() != nil {
+			return true
+		}
+		w.turnCount++
+		if !w.begun {
+			// Until the claim succeeds the partition is paused: without
+			// the acked set this node would redeliver what the previous
+			// owner finished.
+			w.begun = true
+			w.applyPause()
+		}
 		// A send into the pool's slots takes a delivery slot: the case
 		// is ready only while one is free, so what waits for one stays
 		// in the machine.
@@ -354,12 +431,13 @@ func (w *worker) run() {
 		var head *record
 		var sendBatch chan<- struct{}
 		leased := w.owned()
-		if batching {
+		if w.g.sub.Batch.Enabled() {
 			if w.offer == nil {
 				var wait time.Duration
 				w.offer, wait = w.m.Assemble()
 				if wait > 0 {
-					batchTimer.Reset(wait)
+					w.batchTimer.Reset(wait)
+					w.batchArmed = true
 				}
 			}
 			if w.offer != nil && !w.m.Stopped() && leased {
@@ -375,43 +453,70 @@ func (w *worker) run() {
 		if e := w.m.PeekExtra(); e != nil && leased {
 			sendRedrive, redrive = w.g.pool.redriveSlots, e
 		}
-		select {
-		case <-w.ctx.Done():
-			return
-		case <-clk.t.C:
-			clk.fired()
-			w.housekeep(time.Now())
-		case <-w.mail.wake:
-			w.m.SetCommitted(w.committed.Load())
-			w.processResults()
-			w.processTracking()
-			w.processInbox()
-			w.reshape()
-		case send <- struct{}{}:
-			w.dispatch(head) // head is what Peek returned
-			w.dispatchReady()
-		case sendRedrive <- struct{}{}:
-			w.dispatchRedrive(redrive) // redrive is what PeekExtra returned
-		case sendBatch <- struct{}{}:
-			w.dispatchBatch()
-		case <-batchTimer.C:
-			// The oldest ready record waited long enough: the loop offers
-			// the batch as it is.
-		case f := <-w.ctrl:
-			f()
-		case b := <-w.rr.batches:
-			w.takeReread(b)
-		case b := <-w.catchupBatches():
-			w.takeCatchup(b)
+		var rereads <-chan rereadBatch
+		if w.rr.pass != nil {
+			rereads = w.rr.batches
+		}
+		catchups := w.catchupBatches()
+		if send == nil && sendRedrive == nil && sendBatch == nil && !w.batchArmed && rereads == nil && catchups == nil {
+			// Nothing waits for the loop but events, which start it.
+			select {
+			case <-w.mail.wake:
+				w.takeMail()
+			default:
+				return false
+			}
+		} else {
+			select {
+			case <-w.ctx.Done():
+				return true
+			case <-w.mail.wake:
+				w.takeMail()
+			case send <- struct{}{}:
+				w.dispatch(head) // head is what Peek returned
+				w.dispatchReady()
+			case sendRedrive <- struct{}{}:
+				w.dispatchRedrive(redrive) // redrive is what PeekExtra returned
+			case sendBatch <- struct{}{}:
+				w.dispatchBatch()
+			case <-w.batchTimer.C:
+				// The oldest ready record waited long enough: the loop
+				// offers the batch as it is.
+				w.batchArmed = false
+			case b := <-rereads:
+				w.takeReread(b)
+			case b := <-catchups:
+				w.takeCatchup(b)
+			}
 		}
 		if w.cursor() {
 			w.manageCatchup()
 		}
+		w.lease.noteConfirmed(w.log)
 		w.flush()
 		w.publish()
 		w.publishHolding()
 		now := time.Now()
-		clk.arm(w.nextDue(now), now)
+		w.clk.arm(w.nextDue(now), now)
+	}
+}
+
+// takeMail handles what came: what came due on the clock, the mail, and
+// the functions to run on the loop.
+func (w *worker) takeMail() {
+	if w.due.Swap(false) {
+		w.clk.fired()
+		w.housekeep(time.Now())
+	}
+	w.m.SetCommitted(w.committed.Load())
+	w.processResults()
+	w.processTracking()
+	w.processInbox()
+	w.reshape()
+	fs, refused := w.mail.takeCtrl()
+	w.refused = w.refused || refused
+	for _, f := range fs {
+		f()
 	}
 }
 
@@ -576,12 +681,13 @@ func (w *worker) flush() {
 		w.g.live.check(w.g.log, now)
 		member = w.g.live.confirmedAt(now)
 	}
-	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.lease.runsLow())) {
+	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.refused || w.lease.runsLow())) {
 		return
 	}
 	if live {
 		w.lease.logLapse(w.log)
 	}
+	w.refused = false
 	w.flushing = true
 	w.g.n.flusher.submit(w.flushReq())
 }

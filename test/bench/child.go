@@ -49,7 +49,9 @@ type childSpec struct {
 	SinkURL   string `json:"sink_url,omitempty"`
 	Ordering  string `json:"ordering,omitempty"`
 	// Batch, above 1, is the subscription's batch.max_records.
-	Batch       int   `json:"batch,omitempty"`
+	Batch int `json:"batch,omitempty"`
+	// Shared runs keyhook with the shared read.
+	Shared      bool  `json:"shared,omitempty"`
 	MaxInFlight int   `json:"max_in_flight"`
 	MaxWindow   int64 `json:"max_window,omitempty"`
 	// FlushInterval is keyhook's tracking flush interval, 0 its default.

@@ -37,6 +37,9 @@
 //     sink's plain http) posting the same requests with the same
 //     concurrency, without Kafka or Redis: the best this Go client does;
 //   - ceiling B: consuming the same records without HTTP;
+//   - keyhook key, shared read (scenarios 1 and 3): keyhook key with
+//     --shared-read, the subscription a cursor over one reader of its
+//     topics, against keyhook key with a consumer group of its own;
 //   - Parallel Consumer: Confluent's parallel-consumer-core 0.5.3.2 on the
 //     JVM (test/bench/pc, built with Maven when java and mvn are on PATH,
 //     reported skipped otherwise), ordering KEY, maxConcurrency the

@@ -154,7 +154,7 @@ func (h *harness) childSpecFor(sc scenario, topic string, c contender) childSpec
 	group := fmt.Sprintf("bench-%s-%s-%d", sc.ID, slug(c.Name), time.Now().UnixNano())
 	return childSpec{
 		Mode: c.Mode, Brokers: h.kafka.brokers, Topic: topic, Partitions: int(sc.Partitions),
-		Group: group, RedisAddr: h.redis.addr, SinkURL: h.sink.url, Ordering: c.Ordering, Batch: c.Batch,
+		Group: group, RedisAddr: h.redis.addr, SinkURL: h.sink.url, Ordering: c.Ordering, Batch: c.Batch, Shared: c.Shared,
 		MaxInFlight: sc.MaxInFlight, MaxWindow: h.opts.maxWindow, IdleConns: h.opts.idleConns, FlushInterval: h.opts.flushInterval, Data: sc.Data,
 		RetryMaxInterval: 2 * time.Second, SampleEvery: 100 * time.Millisecond,
 	}

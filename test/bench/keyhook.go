@@ -107,6 +107,7 @@ func runKeyhook(ctx context.Context, spec childSpec, log *slog.Logger, out *chil
 			MaxWindow:     spec.MaxWindow,
 			FlushInterval: spec.FlushInterval,
 			DrainTimeout:  2 * time.Second,
+			SharedRead:    spec.Shared,
 		},
 		Logger: log,
 	}, app.Deps{Redis: rdb, Subscriptions: staticSubscriptions{sub}, MeterProvider: mp})

@@ -38,7 +38,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", "1,2,3,4,5,6", "scenarios to run, comma-separated (2 runs 2a and 2b; 7, the stuck key, ~25 minutes, only when named)")
-	contenders := fs.String("contenders", "", "keep only these contenders, comma-separated: baseline, key, partition, none, ceiling-a, ceiling-b, parallel-consumer, wrk, key-batch (scenario 3 only) (default all)")
+	contenders := fs.String("contenders", "", "keep only these contenders, comma-separated: baseline, key, partition, none, ceiling-a, ceiling-b, parallel-consumer, wrk, key-batch (scenario 3 only), key-shared (scenarios 1 and 3) (default all)")
 	records := fs.Int("records", 0, "records per scenario, overriding each scenario's own count")
 	out := fs.String("out", filepath.Join("test", "bench", "results"), "directory for results.md, results.json and throughput.png")
 	quick := fs.Bool("quick", false, "a CI-sized smoke run: few records, short caps")

@@ -19,6 +19,9 @@ type contender struct {
 	// Batch, above 1, has keyhook send up to that many records per request
 	// (the subscription's batch.max_records).
 	Batch int `json:"batch,omitempty"`
+	// Shared runs keyhook with the shared read (--shared-read): the
+	// subscription is a cursor over one reader of its topics.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // short is the contender's name in the -contenders flag.
@@ -27,6 +30,9 @@ func (c contender) short() string {
 	case modeKeyhook:
 		if c.Batch > 1 {
 			return c.Ordering + "-batch"
+		}
+		if c.Shared {
+			return c.Ordering + "-shared"
 		}
 		return c.Ordering
 	default:
@@ -45,11 +51,14 @@ var (
 	// cKeyBatch runs in scenario 3 only: at 0 ms it shows what a request
 	// costs against what a record does.
 	cKeyBatch = contender{Name: "keyhook key, batches of 10", Mode: modeKeyhook, Ordering: "key", Batch: 10}
+	// cKeyShared runs in scenarios 1 and 3: keyhook key with the shared
+	// read, against keyhook key with a consumer group of its own.
+	cKeyShared = contender{Name: "keyhook key, shared read", Mode: modeKeyhook, Ordering: "key", Shared: true}
 
 	// drainContenders run in every drain scenario; allContenders are
 	// every contender of any scenario, in the chart's order.
 	drainContenders = []contender{cBaseline, cKey, cPartition, cNone, cCeilingA, cCeilingB, cParallel, cWrk}
-	allContenders   = append(slices.Clip(drainContenders), cKeyBatch)
+	allContenders   = append(slices.Clip(drainContenders), cKeyBatch, cKeyShared)
 )
 
 // scenario is one workload every contender runs on the same records.
@@ -170,7 +179,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 	s1 := scenario{
 		ID: "1", Title: "8 partitions, 10,000 keys, endpoint " + lat.String() + ", max_in_flight 1,000",
 		Partitions: 8, Data: data(n(sz.s1)), Sink: base, MaxInFlight: 1000,
-		Cap: sz.cap, SlowCap: sz.slowCap, Contenders: drainContenders,
+		Cap: sz.cap, SlowCap: sz.slowCap, Contenders: append(slices.Clip(drainContenders), cKeyShared),
 	}
 	all = append(all, s1)
 
@@ -180,6 +189,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 	s2a.Data.Special, s2a.Data.SpecialShare = specialSlow, 0.01
 	s2a.Sink.SlowLatency = time.Second
 	s2a.OthersDone = true
+	s2a.Contenders = drainContenders
 	windowNote := "keyhook runs with its defaults: a window of 10,000 records in memory per partition and --park-after 16: " +
 		"the %s key's records beyond 16 are parked by offset and read again from Kafka when it has room, so the other keys' " +
 		"records are not held behind it (the \"other keys delivered\" column shows how many were still waiting when the run ended)."
@@ -191,6 +201,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 	s2b.Data = data(n(sz.s2))
 	s2b.Data.Special, s2b.Data.SpecialShare = specialHot, 0.30
 	s2b.OthersDone = true
+	s2b.Contenders = drainContenders
 	s2b.Notes = []string{fmt.Sprintf(windowNote, "hot")}
 	all = append(all, s2b)
 
@@ -198,7 +209,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 	s3.ID, s3.Title = "3", "as 1, endpoint answering at once (0 ms): keyhook's own overhead"
 	s3.Data = data(n(sz.s3))
 	s3.Sink.Latency = latencySpec{Dist: distFixed}
-	s3.Contenders = append(slices.Clip(drainContenders), cKeyBatch)
+	s3.Contenders = append(slices.Clip(drainContenders), cKeyBatch, cKeyShared)
 	s3.Notes = []string{"keyhook key, batches of 10 sends up to 10 ready records per request (batch.max_records 10, max_wait_ms 0: a batch takes what is ready and waits for nothing), " +
 		"each key's records in offset order within a batch, the records enveloped in JSON; what a request costs is shared by the records it carries, what a record costs is not. " +
 		"The CPU target judges keyhook key, one record per request."}
@@ -208,6 +219,7 @@ func buildScenarios(opts options) ([]scenario, error) {
 	s4.ID, s4.Title = "4", "1 partition, 10,000 keys, endpoint "+lat.String()+": too few partitions"
 	s4.Partitions = 1
 	s4.Data = data(n(sz.s4))
+	s4.Contenders = drainContenders
 	all = append(all, s4)
 
 	s5 := s1

@@ -111,7 +111,7 @@ func TestAnIdlePartitionsLoopSleepsUntilSomethingIsDue(t *testing.T) {
 	time.Sleep(window)
 	testutil.WaitFor(t, 2*time.Second, "every idle partition's loop asleep without a goroutine", func() bool {
 		for _, w := range ws {
-			if w.awake.Load() {
+			if !w.loop.asleep() {
 				return false
 			}
 		}

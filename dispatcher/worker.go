@@ -56,10 +56,9 @@ type worker struct {
 	// delivery pool (handoff.go).
 	mail   mailbox
 	outbox outbox
-	// awake is set while the loop has a goroutine (or one is starting),
-	// and before start: the one that sets it starts it (kick); the loop
-	// clears it when it goes to sleep, and never once it ended.
-	awake atomic.Bool
+	// loop gives the loop a goroutine only while it has something to do
+	// (dormant.go).
+	loop *dormant
 	// due is set by the clock's timer when it fires; the loop clears it.
 	due atomic.Bool
 
@@ -232,9 +231,9 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 		m:     m,
 		lease: newLease(g.n.cfg.lease()),
 	}
-	w.mail = newMailbox(w.kick)
 	// No goroutine before start: what comes before it waits in the mail.
-	w.awake.Store(true)
+	w.loop = newDormant(w.turns, func() bool { return len(w.mail.wake) > 0 || w.ctx.Err() != nil }, w.finish)
+	w.mail = newMailbox(w.loop.kick)
 	// A whole partition is nil, as the machine wants it.
 	if !ranges.IsFull() {
 		w.rs.assigned = ranges
@@ -267,14 +266,7 @@ func (w *worker) start(parent context.Context) {
 	// The loop wakes to end with the context.
 	context.AfterFunc(w.ctx, w.signal)
 	w.mail.signal()
-	go w.run()
-}
-
-// kick starts the loop's goroutine unless it runs.
-func (w *worker) kick() {
-	if w.awake.CompareAndSwap(false, true) {
-		go w.run()
-	}
+	w.loop.begin()
 }
 
 // setBase records the group's committed offset for the partition (negative
@@ -371,28 +363,6 @@ func (w *worker) do(f func()) bool {
 			return true
 		default:
 			return false
-		}
-	}
-}
-
-// run is the loop's goroutine: it runs turns until the loop has nothing
-// but events to wait for, and then ends, unless an event came meanwhile.
-// An event posts its mail before it signals (mailbox.signal), and the
-// loop clears awake before it looks for mail a last time: either it sees
-// the mail, or the sender's kick sees awake cleared and starts a new
-// goroutine. One of them runs the loop, never both.
-func (w *worker) run() {
-	for {
-		if w.turns() {
-			w.finish()
-			return
-		}
-		w.awake.Store(false)
-		if len(w.mail.wake) == 0 && w.ctx.Err() == nil {
-			return
-		}
-		if !w.awake.CompareAndSwap(false, true) {
-			return // a sender's kick started another goroutine
 		}
 	}
 }

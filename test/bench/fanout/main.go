@@ -53,6 +53,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -343,6 +344,21 @@ func (b *bench) nodeTable(s []serve.Sample, targets bool) {
 	row("broker connections", "%.0f", func(x serve.Sample) float64 { return x.Conns }, 0)
 }
 
+// totals sums the counters of the shared read over every node: the
+// cursors that left the shared read and the records their catch-ups read.
+// A node that does not answer counts nothing.
+func (b *bench) totals() (detaches, caughtUp float64) {
+	for _, n := range b.nodes {
+		m, err := serve.Totals(n.Base)
+		if err != nil {
+			continue
+		}
+		detaches += m["keyhook_cursor_detaches_total"]
+		caughtUp += m["keyhook_records_caught_up_total"]
+	}
+	return detaches, caughtUp
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "PASS"
@@ -358,6 +374,7 @@ func (b *bench) loadPhase(ctx context.Context) error {
 			return err
 		}
 	}
+	det0, cu0 := b.totals()
 	type measured struct {
 		s   []serve.Sample
 		err error
@@ -406,6 +423,8 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	} else {
 		fmt.Println("| broker bytes out ÷ in | not measured (-kafka-dir, KEYHOOK_KAFKA_JMX_PORT) | ≤ 1.2 | |")
 	}
+	det1, cu1 := b.totals()
+	fmt.Printf("| cursors detached / records read by catch-ups (--shared-read) | %.0f / %.0f | | |\n", det1-det0, cu1-cu0)
 	fmt.Printf("\nThe nodes while producing (CPU over %v):\n\n", b.c.load)
 	b.nodeTable(m.s, false)
 	return nil
@@ -607,6 +626,7 @@ func (b *bench) downOne(ctx context.Context) error {
 	if left := b.sink.waitAll(b.all(), aFrom, aTo, b.c.drain); left > 0 {
 		return fmt.Errorf("all up: %d deliveries missing after %v", left, b.c.drain)
 	}
+	det0, cu0 := b.totals()
 	b.sink.down.Store(1)
 	bStart := time.Now()
 	bFrom, bTo, err := b.prod.run(ctx, b.c.rate, b.c.down)
@@ -623,8 +643,13 @@ func (b *bench) downOne(ctx context.Context) error {
 	leftDowned := b.sink.waitAll([]int{0}, aFrom, bTo, max(b.c.drain, b.c.down))
 	b.sink.mu.Lock()
 	var caughtUp int64
-	for seq := bFrom; seq < bTo; seq++ {
-		caughtUp = max(caughtUp, b.sink.at(0, seq))
+	firstBack := int64(math.MaxInt64)
+	for seq := aFrom; seq < bTo; seq++ {
+		t := b.sink.at(0, seq)
+		caughtUp = max(caughtUp, t)
+		if t >= upAt.UnixNano() {
+			firstBack = min(firstBack, t)
+		}
 	}
 	reorder, dups := b.sink.reorder[0], b.sink.dups[0]
 	b.sink.mu.Unlock()
@@ -646,6 +671,10 @@ func (b *bench) downOne(ctx context.Context) error {
 	fmt.Println("| the downed subscription | value | target | |")
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| 503s answered | %d | | |\n", b.sink.refused.Load())
+	det1, cu1 := b.totals()
+	if firstBack != math.MaxInt64 {
+		fmt.Printf("| first delivery after the endpoint came back | %v | | |\n", time.Duration(firstBack-upAt.UnixNano()).Round(time.Millisecond))
+	}
 	if leftDowned == 0 {
 		fmt.Printf("| caught up (its last record of the outage delivered) after the endpoint came back | %v | | |\n",
 			time.Duration(caughtUp-upAt.UnixNano()).Round(time.Millisecond))
@@ -653,5 +682,6 @@ func (b *bench) downOne(ctx context.Context) error {
 	fmt.Printf("| records not delivered within %v | %d of %d | 0 | %s |\n", max(b.c.drain, b.c.down), leftDowned, bTo-aFrom, verdict(leftDowned == 0))
 	fmt.Printf("| per-key order violations (during the catch-up) | %d (%d) | 0 | %s |\n", reorder, reorder-reorderBefore, verdict(reorder == 0))
 	fmt.Printf("| duplicates | %d | | |\n", dups)
+	fmt.Printf("| cursors detached / records read by catch-ups (--shared-read), from the outage on | %.0f / %.0f | | |\n", det1-det0, cu1-cu0)
 	return nil
 }

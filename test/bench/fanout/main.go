@@ -395,7 +395,6 @@ func (b *bench) loadPhase(ctx context.Context) error {
 		return m.err
 	}
 	left := b.sink.waitAll(b.all(), from, to, b.c.drain)
-	drained := time.Since(end)
 	time.Sleep(2 * time.Second) // the last fetches' bytes
 	fmt.Printf("\n## load (%g records/s for %v: %d records, %d deliveries expected)\n\n", b.c.rate, b.c.load, to-from, (to-from)*b.c.subs)
 	lat, complete := b.fanoutLatency(b.all(), from, to)
@@ -409,7 +408,7 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	fmt.Printf("| deliveries/s while producing | %.0f | %.0f (rate × subscriptions) | %.3f × |\n",
 		float64(during)/end.Sub(start).Seconds(), float64(to-from)*float64(b.c.subs)/end.Sub(start).Seconds(),
 		float64(during)/float64((to-from)*b.c.subs))
-	fmt.Printf("| last delivery after the last produce | %v | | |\n", drained.Round(time.Millisecond))
+	fmt.Printf("| last delivery after the last produce | %v | | |\n", b.lastDelivery(b.all(), from, to).Sub(end).Round(time.Millisecond))
 	b.integrityRows(left, from, to)
 	if b.bytes != nil {
 		in1, out1, err := b.bytes.read()
@@ -486,6 +485,20 @@ func (b *bench) deliveriesBetween(subs []int, from, to int, start, end time.Time
 		}
 	}
 	return n
+}
+
+// lastDelivery is when the last first delivery to subs of the records
+// [from, to) came.
+func (b *bench) lastDelivery(subs []int, from, to int) time.Time {
+	b.sink.mu.Lock()
+	defer b.sink.mu.Unlock()
+	last := int64(0)
+	for _, sub := range subs {
+		for seq := from; seq < to; seq++ {
+			last = max(last, b.sink.at(sub, seq))
+		}
+	}
+	return time.Unix(0, last)
 }
 
 func pct(sorted []time.Duration, q float64) time.Duration {

@@ -34,14 +34,19 @@
 // downed one took to catch up and whether it got every record in key
 // order.
 //
+// With -baseline the scenario runs twice in one invocation, first with
+// -baseline-args (default none: a group per subscription) on
+// -baseline-redis, then as asked, and a last table puts the headline
+// figures of both side by side with their ratio.
+//
 // Subscriptions live in Redis: give each run an empty database (the URL's
 // /db). A smoke run on a small machine:
 //
 //	go build -o /tmp/keyhook ./cmd/keyhook
 //	export KEYHOOK_KAFKA_DIR=$(mktemp -d) KEYHOOK_KAFKA_JMX_PORT=19876
 //	export "$(scripts/kafka.sh start | tail -n 1)"; redis-server --port 6390 --save '' &
-//	go run ./test/bench/fanout -bin /tmp/keyhook -redis redis://127.0.0.1:6390/1 -nodes 3 -subs 50 -load 20s
-//	go run ./test/bench/fanout -bin /tmp/keyhook -redis redis://127.0.0.1:6390/2 -nodes 3 -subs 50 -load 20s -args --shared-read
+//	go run ./test/bench/fanout -bin /tmp/keyhook -nodes 3 -subs 50 -load 20s \
+//		-baseline -baseline-redis redis://127.0.0.1:6390/1 -redis redis://127.0.0.1:6390/2 -args --shared-read
 //	go run ./test/bench/fanout -bin /tmp/keyhook -redis redis://127.0.0.1:6390/3 -down-one -subs 50 -down 1m -args --shared-read
 //
 // Issue 29's figures: -subs 1000 (and 100 for the model of a group per
@@ -103,6 +108,9 @@ func main() {
 	restart := flag.String("restart", "term,kill", "restarts of node 2 to measure: term, kill, both or none")
 	flag.BoolVar(&c.downOne, "down-one", false, "run the outage scenario instead: one endpoint down for -down among -subs")
 	flag.DurationVar(&c.down, "down", 5*time.Minute, "how long the endpoint is down with -down-one")
+	baseline := flag.Bool("baseline", false, "run the scenario first with -baseline-args on -baseline-redis, then as asked, and compare")
+	baseArgs := flag.String("baseline-args", "", "the baseline run's flags for keyhook serve (default none: a group per subscription)")
+	baseRedis := flag.String("baseline-redis", "", "the baseline run's Redis URL, another empty database")
 	flag.Parse()
 	c.extra = strings.Fields(*extra)
 	for _, r := range strings.Split(*restart, ",") {
@@ -130,8 +138,58 @@ func main() {
 	if c.downOne && c.subs < 2 {
 		fail(errors.New("-down-one needs two subscriptions at least"))
 	}
-	if err := run(c); err != nil {
+	if !*baseline {
+		if _, err := run(c); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *baseRedis == "" || *baseRedis == c.redisURL {
+		fail(errors.New("-baseline needs -baseline-redis, another empty database"))
+	}
+	bc := c
+	bc.extra, bc.redisURL = strings.Fields(*baseArgs), *baseRedis
+	before, err := run(bc)
+	if err != nil {
+		fail(fmt.Errorf("baseline: %w", err))
+	}
+	fmt.Println()
+	after, err := run(c)
+	if err != nil {
 		fail(err)
+	}
+	compare(before, after, bc.extra, c.extra)
+}
+
+// compare prints the headline figures of the baseline run and the
+// measured one side by side, with their ratio.
+func compare(before, after []figure, bargs, args []string) {
+	label := func(a []string) string {
+		if len(a) == 0 {
+			return "no extra flags"
+		}
+		return strings.Join(a, " ")
+	}
+	fmt.Printf("\n## against the baseline, same run\n\n| | baseline (%s) | %s | ÷ baseline |\n|---|---|---|---|\n", label(bargs), label(args))
+	was := map[string]float64{}
+	for _, f := range before {
+		was[f.name] = f.v
+	}
+	for _, f := range after {
+		b, ok := was[f.name]
+		ratio := "—"
+		if ok && b != 0 {
+			ratio = fmt.Sprintf("%.3f", f.v/b)
+		}
+		unit := ""
+		if f.unit != "" {
+			unit = " " + f.unit
+		}
+		bs := "—"
+		if ok {
+			bs = fmt.Sprintf("%.4g%s", b, unit)
+		}
+		fmt.Printf("| %s | %s | %.4g%s | %s |\n", f.name, bs, f.v, unit, ratio)
 	}
 }
 
@@ -150,9 +208,20 @@ type bench struct {
 	topic      string
 	brokerPort string
 	bytes      *brokerBytes // nil: not measured
+	figs       []figure     // the headline figures, for -baseline's comparison
 }
 
-func run(c config) error {
+// figure is one headline figure of a run.
+type figure struct {
+	name, unit string
+	v          float64
+}
+
+func (b *bench) record(name, unit string, v float64) {
+	b.figs = append(b.figs, figure{name, unit, v})
+}
+
+func run(c config) ([]figure, error) {
 	ctx := context.Background()
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
 	b := &bench{c: c, topic: "fanout-" + stamp}
@@ -160,11 +229,11 @@ func run(c config) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(c.brokers, ",")...), kgo.DefaultProduceTopic(b.topic),
 		kgo.ProducerLinger(0))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cl.Close()
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, int32(c.partitions), 1, nil, b.topic); err != nil {
-		return fmt.Errorf("create topic: %w", err)
+		return nil, fmt.Errorf("create topic: %w", err)
 	}
 	if c.kafkaDir != "" {
 		b.bytes = &brokerBytes{script: c.kafkaScript, dir: c.kafkaDir, topic: b.topic}
@@ -174,7 +243,7 @@ func run(c config) error {
 		}
 	}
 	if b.sink, err = newSink(c.subs, c.keys); err != nil {
-		return err
+		return nil, err
 	}
 	defer b.sink.close()
 	b.prod = &producer{cl: cl, sink: b.sink}
@@ -182,7 +251,7 @@ func run(c config) error {
 	token := auth.Generate()
 	dir, err := os.MkdirTemp("", "keyhook-fanout-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i := range c.nodes {
 		addr := fmt.Sprintf("127.0.0.1:%d", c.port+i)
@@ -191,7 +260,7 @@ func run(c config) error {
 			"--config-topic", "_keyhook_config_" + stamp, "--node-id", fmt.Sprintf("fanout-%d", i+1)}, c.extra...)
 		n, err := serve.Start(c.bin, args, []string{"KEYHOOK_BOOTSTRAP_TOKEN=" + token}, addr, filepath.Join(dir, fmt.Sprintf("node-%d.log", i+1)))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer n.Close()
 		b.nodes = append(b.nodes, n)
@@ -201,28 +270,28 @@ func run(c config) error {
 		c.nodes, c.bin, strings.Join(c.extra, " "), c.subs, c.partitions, c.keys, dir)
 	t0 := time.Now()
 	if err := createSubs(b.nodes[0].Base, token, b.topic, b.sink.url, c.subs); err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Printf("created %d subscriptions through node 1 in %v\n", c.subs, time.Since(t0).Round(time.Millisecond))
 	time.Sleep(c.settle)
 	if err := b.warmUp(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if c.downOne {
-		return b.downOne(ctx)
+		return b.figs, b.downOne(ctx)
 	}
 	if err := b.idle(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if err := b.loadPhase(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	for _, r := range c.restart {
 		if err := b.restartPhase(ctx, r); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return b.figs, nil
 }
 
 // createSubs creates n subscriptions, /s/<i> of the sink each, four
@@ -300,6 +369,10 @@ func (b *bench) idle(ctx context.Context) error {
 	}
 	fmt.Printf("\n## idle (%d subscriptions, CPU over %v)\n\n", b.c.subs, b.c.window)
 	b.nodeTable(s, true)
+	b.record("idle goroutines, the most of a node", "", maxBy(s, func(x serve.Sample) float64 { return x.Goroutines }))
+	b.record("idle RSS, the most of a node", "MiB", maxBy(s, func(x serve.Sample) float64 { return x.RSS / (1 << 20) }))
+	b.record("idle CPU, the most of a node", "% of a core", maxBy(s, func(x serve.Sample) float64 { return 100 * x.CPU }))
+	b.record("idle broker connections, the most of a node", "", maxBy(s, func(x serve.Sample) float64 { return x.Conns }))
 	return nil
 }
 
@@ -359,6 +432,14 @@ func (b *bench) totals() (detaches, caughtUp float64) {
 	return detaches, caughtUp
 }
 
+func maxBy(s []serve.Sample, get func(serve.Sample) float64) float64 {
+	m := 0.0
+	for _, x := range s {
+		m = max(m, get(x))
+	}
+	return m
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "PASS"
@@ -404,6 +485,10 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	fmt.Printf("| fan-out latency p99 | %v | ≤ 250ms (sink answers at once) | %s |\n", pct(lat, 0.99), verdict(len(lat) > 0 && pct(lat, 0.99) <= 250*time.Millisecond))
 	fmt.Printf("| fan-out latency max | %v | | |\n", pct(lat, 1))
 	fmt.Printf("| records delivered to every subscription | %d of %d | all | %s |\n", complete, to-from, verdict(complete == to-from))
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.record("fan-out latency p50", "ms", ms(pct(lat, 0.5)))
+	b.record("fan-out latency p99", "ms", ms(pct(lat, 0.99)))
+	b.record("fan-out latency max", "ms", ms(pct(lat, 1)))
 	during := b.deliveriesBetween(b.all(), from, to, start, end)
 	fmt.Printf("| deliveries/s while producing | %.0f | %.0f (rate × subscriptions) | %.3f × |\n",
 		float64(during)/end.Sub(start).Seconds(), float64(to-from)*float64(b.c.subs)/end.Sub(start).Seconds(),
@@ -419,6 +504,7 @@ func (b *bench) loadPhase(ctx context.Context) error {
 		ratio := dout / din
 		fmt.Printf("| broker bytes in / out for the topic | %.0f / %.0f | | |\n", din, dout)
 		fmt.Printf("| broker bytes out ÷ in | %.2f | ≤ 1.2 | %s |\n", ratio, verdict(din > 0 && ratio <= 1.2))
+		b.record("broker bytes out ÷ in", "", ratio)
 	} else {
 		fmt.Println("| broker bytes out ÷ in | not measured (-kafka-dir, KEYHOOK_KAFKA_JMX_PORT) | ≤ 1.2 | |")
 	}
@@ -426,6 +512,7 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	fmt.Printf("| cursors detached / records read by catch-ups (--shared-read) | %.0f / %.0f | | |\n", det1-det0, cu1-cu0)
 	fmt.Printf("\nThe nodes while producing (CPU over %v):\n\n", b.c.load)
 	b.nodeTable(m.s, false)
+	b.record("CPU under load, the most of a node", "% of a core", maxBy(m.s, func(x serve.Sample) float64 { return 100 * x.CPU }))
 	return nil
 }
 
@@ -608,6 +695,12 @@ func (b *bench) restartPhase(ctx context.Context, how string) error {
 	fmt.Printf("| every subscription delivered a record produced since the stop, after | %s | | |\n", since(allAny))
 	fmt.Printf("| every subscription delivered one on every partition, after | %s | ≤ 30s | %s |\n", since(allParts), verdict(allParts > 0 && allParts <= 30*time.Second))
 	b.integrityRows(left, pr.from, pr.to)
+	if allAny > 0 {
+		b.record(name+": every subscription delivering again", "s", allAny.Seconds())
+	}
+	if allParts > 0 {
+		b.record(name+": every subscription on every partition", "s", allParts.Seconds())
+	}
 	return nil
 }
 
@@ -677,6 +770,8 @@ func (b *bench) downOne(ctx context.Context) error {
 	fmt.Printf("| the other %d | all up (%v) | one down (%v) | down ÷ up | target | |\n", len(others), b.c.load, b.c.down)
 	fmt.Println("|---|---|---|---|---|---|")
 	fmt.Printf("| deliveries/s while producing | %.1f | %.1f | %.3f | ≥ 0.95 | %s |\n", ra, rb, rb/ra, verdict(rb/ra >= 0.95))
+	b.record("the others' rate, one down ÷ all up", "", rb/ra)
+	b.record("the others' fan-out p99, one down", "ms", float64(pct(lb, 0.99))/float64(time.Millisecond))
 	fmt.Printf("| fan-out latency p50 | %v | %v | | | |\n", pct(la, 0.5), pct(lb, 0.5))
 	fmt.Printf("| fan-out latency p99 | %v | %v | | | |\n", pct(la, 0.99), pct(lb, 0.99))
 	fmt.Printf("| not delivered within %v | 0 | %d | | 0 | %s |\n", b.c.drain, leftOthers, verdict(leftOthers == 0))
@@ -689,6 +784,7 @@ func (b *bench) downOne(ctx context.Context) error {
 		fmt.Printf("| first delivery after the endpoint came back | %v | | |\n", time.Duration(firstBack-upAt.UnixNano()).Round(time.Millisecond))
 	}
 	if leftDowned == 0 {
+		b.record("the downed one caught up after it came back", "s", time.Duration(caughtUp-upAt.UnixNano()).Seconds())
 		fmt.Printf("| caught up (its last record of the outage delivered) after the endpoint came back | %v | | |\n",
 			time.Duration(caughtUp-upAt.UnixNano()).Round(time.Millisecond))
 	}

@@ -28,9 +28,11 @@
 #                                     object name NAME (wildcards allowed),
 #                                     attributes ATTRS (comma-separated; all
 #                                     without), read once with Kafka's own
-#                                     org.apache.kafka.tools.JmxTool, as CSV
-#                                     with a header line; needs a broker
-#                                     started with KEYHOOK_KAFKA_JMX_PORT
+#                                     org.apache.kafka.tools.JmxTool: a time
+#                                     line, then OBJECT:ATTR,"VALUE" lines;
+#                                     fails when nothing matches; needs a
+#                                     broker started with
+#                                     KEYHOOK_KAFKA_JMX_PORT
 #
 # Environment:
 #   KEYHOOK_CACHE      cache root (default $HOME/.cache/keyhook); the broker's
@@ -498,7 +500,7 @@ fetch_tools() {
 }
 
 cmd_jmx() {
-	local name=${1:-} attrs=${2:-} jmx args
+	local name=${1:-} attrs=${2:-} jmx args errf
 	[[ -n $name ]] || usage
 	running_pid >/dev/null || die "no broker runs in $STATE"
 	[[ -f $JMX_FILE ]] || die "the broker in $STATE was started without KEYHOOK_KAFKA_JMX_PORT"
@@ -508,9 +510,16 @@ cmd_jmx() {
 	fetch_tools
 	args=(--jmx-url "service:jmx:rmi:///jndi/rmi://127.0.0.1:$jmx/jmxrmi" --object-name "$name" --one-time true --report-format csv)
 	[[ -z $attrs ]] || args+=(--attributes "$attrs")
-	# A one-off client: the small heap, no GC log of the broker's.
-	"$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$LIBS/*:$TOOLS_JAR" \
-		org.apache.kafka.tools.JmxTool "${args[@]}" 2>/dev/null
+	# A one-off client with a small heap. JmxTool says on stderr that it
+	# connects: shown only when it fails (e.g. a query that matches nothing).
+	errf=$(mktemp)
+	if ! "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$LIBS/*:$TOOLS_JAR" \
+		org.apache.kafka.tools.JmxTool "${args[@]}" 2>"$errf"; then
+		cat "$errf" >&2
+		rm -f "$errf"
+		die "JmxTool failed for $name"
+	fi
+	rm -f "$errf"
 }
 
 cmd_status() {

@@ -24,6 +24,15 @@
 #   scripts/kafka.sh status           say whether it runs; exit 0 if it does,
 #                                     3 if it does not
 #   scripts/kafka.sh fetch            only fill the jar cache
+#   scripts/kafka.sh jmx NAME [ATTRS] print the broker's MBeans matching the
+#                                     object name NAME (wildcards allowed),
+#                                     attributes ATTRS (comma-separated; all
+#                                     without), read once with Kafka's own
+#                                     org.apache.kafka.tools.JmxTool: a time
+#                                     line, then OBJECT:ATTR,"VALUE" lines;
+#                                     fails when nothing matches; needs a
+#                                     broker started with
+#                                     KEYHOOK_KAFKA_JMX_PORT
 #
 # Environment:
 #   KEYHOOK_CACHE      cache root (default $HOME/.cache/keyhook); the broker's
@@ -37,6 +46,10 @@
 #                      256m growing to 512m, enough for the test suite. The
 #                      benchmark sets it: under its load the small heap's
 #                      collections pause the broker often, for up to 100 ms
+#   KEYHOOK_KAFKA_JMX_PORT  on start, a loopback port for the broker's JMX
+#                      (unauthenticated, bound to 127.0.0.1), kept across
+#                      restart; `jmx` reads it there. Unset, no JMX. The
+#                      benchmarks read the brokers' byte counters this way
 #   JAVA_HOME          the Java (17 or newer) to run; else java from PATH
 #
 # Typical use:  export "$(scripts/kafka.sh start | tail -n 1)"
@@ -71,6 +84,11 @@ readonly PORTS_FILE="$STATE/ports"
 readonly CUT_FILE="$STATE/cut"
 readonly BROKER_LOG="$STATE/broker.log"
 readonly JVM_LOG="$STATE/jvm.log"
+readonly JMX_FILE="$STATE/jmx"
+# JmxTool lives in kafka-tools, which the broker does not need: its one jar
+# is fetched on the first `jmx` and put next to the broker's (whose
+# dependencies it uses) on the classpath.
+readonly TOOLS_JAR="$CACHE_DIR/tools/kafka-tools-$KAFKA_VERSION.jar"
 
 log() { printf 'kafka: %s\n' "$*" >&2; }
 die() {
@@ -239,6 +257,18 @@ jvm_opts() {
 		"-Dlog4j2.configurationFile=$STATE/log4j2.properties"
 }
 
+# jmx_opts prints the JVM flags serving JMX on the port of $JMX_FILE, on
+# loopback only; nothing when the broker was started without one.
+jmx_opts() {
+	[[ -f $JMX_FILE ]] || return 0
+	local jmx
+	jmx=$(<"$JMX_FILE")
+	printf '%s\n' -Dcom.sun.management.jmxremote \
+		"-Dcom.sun.management.jmxremote.port=$jmx" "-Dcom.sun.management.jmxremote.rmi.port=$jmx" \
+		-Dcom.sun.management.jmxremote.host=127.0.0.1 -Djava.rmi.server.hostname=127.0.0.1 \
+		-Dcom.sun.management.jmxremote.authenticate=false -Dcom.sun.management.jmxremote.ssl=false
+}
+
 format_storage() {
 	local cluster_id=$1 opts
 	# The storage tool runs for a second: the small heap does.
@@ -271,7 +301,7 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # Returns 0 when ready, 1 when the JVM died, 2 on timeout.
 launch() {
 	local broker_port=$1 opts from pid deadline
-	mapfile -t opts < <(jvm_opts)
+	mapfile -t opts < <(jvm_opts; jmx_opts)
 	from=$(($(stat -c %s "$BROKER_LOG" 2>/dev/null || echo 0) + 1))
 	printf '%s\n' "$from" >"$STATE/log.offset"
 	setsid "$JAVA" "${opts[@]}" -cp "$LIBS/*" kafka.Kafka "$STATE/server.properties" \
@@ -346,6 +376,11 @@ cmd_start() {
 	rm -rf "$STATE"
 	mkdir -p "$STATE"
 	touch "$STATE/$MARKER"
+	if [[ -n ${KEYHOOK_KAFKA_JMX_PORT:-} ]]; then
+		[[ $KEYHOOK_KAFKA_JMX_PORT =~ ^[0-9]+$ ]] && ((KEYHOOK_KAFKA_JMX_PORT > 0 && KEYHOOK_KAFKA_JMX_PORT < 65536)) ||
+			die "KEYHOOK_KAFKA_JMX_PORT=$KEYHOOK_KAFKA_JMX_PORT: want a TCP port"
+		printf '%s\n' "$KEYHOOK_KAFKA_JMX_PORT" >"$JMX_FILE"
+	fi
 	cluster_id=$(new_cluster_id)
 	for attempt in 1 2 3; do
 		ports=$(pick_ports)
@@ -437,6 +472,56 @@ cmd_restart() {
 	launch_failed "exited after the restart"
 }
 
+# fetch_tools fills the cache with the kafka-tools jar once, the way
+# fetch_libs fills it with the broker's.
+fetch_tools() {
+	[[ -f $TOOLS_JAR ]] && return
+	command -v mvn >/dev/null 2>&1 || die "mvn not found: it fetches kafka-tools from Maven Central (apt-get install -y maven)"
+	mkdir -p "$CACHE_DIR"
+	local lock tmp
+	exec {lock}>"$CACHE_DIR/.lock"
+	flock -w 600 "$lock" || die "timed out waiting for $CACHE_DIR/.lock"
+	if [[ ! -f $TOOLS_JAR ]]; then
+		log "fetching org.apache.kafka:kafka-tools:$KAFKA_VERSION with mvn into $(dirname "$TOOLS_JAR")"
+		tmp=$(mktemp -d "$CACHE_DIR/tools.tmp.XXXXXX")
+		if ! mvn -q -B --no-transfer-progress -Dstyle.color=never -f "$SCRIPT_DIR/kafka/pom.xml" \
+			dependency:copy -Dartifact="org.apache.kafka:kafka-tools:$KAFKA_VERSION" \
+			-DoutputDirectory="$tmp" >"$tmp.mvn.log" 2>&1; then
+			cat "$tmp.mvn.log" >&2
+			rm -rf "$tmp" "$tmp.mvn.log"
+			die "mvn could not fetch kafka-tools $KAFKA_VERSION"
+		fi
+		rm -f "$tmp.mvn.log"
+		mkdir -p "$(dirname "$TOOLS_JAR")"
+		mv "$tmp/kafka-tools-$KAFKA_VERSION.jar" "$TOOLS_JAR"
+		rm -rf "$tmp"
+	fi
+	exec {lock}>&-
+}
+
+cmd_jmx() {
+	local name=${1:-} attrs=${2:-} jmx args errf
+	[[ -n $name ]] || usage
+	running_pid >/dev/null || die "no broker runs in $STATE"
+	[[ -f $JMX_FILE ]] || die "the broker in $STATE was started without KEYHOOK_KAFKA_JMX_PORT"
+	jmx=$(<"$JMX_FILE")
+	JAVA=$(java_bin)
+	fetch_libs
+	fetch_tools
+	args=(--jmx-url "service:jmx:rmi:///jndi/rmi://127.0.0.1:$jmx/jmxrmi" --object-name "$name" --one-time true --report-format csv)
+	[[ -z $attrs ]] || args+=(--attributes "$attrs")
+	# A one-off client with a small heap. JmxTool says on stderr that it
+	# connects: shown only when it fails (e.g. a query that matches nothing).
+	errf=$(mktemp)
+	if ! "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$LIBS/*:$TOOLS_JAR" \
+		org.apache.kafka.tools.JmxTool "${args[@]}" 2>"$errf"; then
+		cat "$errf" >&2
+		rm -f "$errf"
+		die "JmxTool failed for $name"
+	fi
+	rm -f "$errf"
+}
+
 cmd_status() {
 	local pid broker_port
 	if pid=$(running_pid); then
@@ -458,6 +543,7 @@ main() {
 	restart) cmd_restart "$@" ;;
 	status) cmd_status ;;
 	fetch) cmd_fetch ;;
+	jmx) cmd_jmx "$@" ;;
 	*) usage ;;
 	esac
 }

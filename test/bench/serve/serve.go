@@ -1,0 +1,260 @@
+// Package serve runs `keyhook serve` processes for the benchmarks that
+// measure a real node (test/bench/idle, test/bench/fanout) and reads what
+// each costs: goroutines and RSS from its /metrics, CPU from /proc, and
+// its established connections to the broker.
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Node is one `keyhook serve` process, started again by [Node.Restart]
+// with the same flags. It is driven by one goroutine (the benchmark's).
+type Node struct {
+	// Base is the node's HTTP address as a URL, e.g. http://127.0.0.1:18480.
+	Base string
+	// Log is the file the process writes its output to, across restarts.
+	Log string
+
+	bin  string
+	args []string
+	env  []string
+	logf *os.File
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start runs bin with args (serve and its flags; --http-addr among them
+// names addr), the environment plus env, its output appended to logPath,
+// and waits until it serves /metrics.
+func Start(bin string, args, env []string, addr, logPath string) (*Node, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Base: "http://" + addr, Log: logPath, bin: bin, args: args, env: env, logf: logf}
+	if err := n.start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) start() error {
+	cmd := exec.Command(n.bin, n.args...)
+	cmd.Env = append(os.Environ(), n.env...)
+	cmd.Stdout, cmd.Stderr = n.logf, n.logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	n.cmd, n.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(n.done) }()
+	return n.WaitUp(90 * time.Second)
+}
+
+// Pid is the running process's id.
+func (n *Node) Pid() int { return n.cmd.Process.Pid }
+
+// WaitUp waits until the node serves /metrics, or fails when it exits or
+// timeout passes.
+func (n *Node) WaitUp(timeout time.Duration) error {
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		select {
+		case <-n.done:
+			return fmt.Errorf("%s exited (%v); see %s", n.bin, n.cmd.ProcessState, n.Log)
+		default:
+		}
+		if resp, err := http.Get(n.Base + "/metrics"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("the node at %s did not serve /metrics within %v; see %s", n.Base, timeout, n.Log)
+}
+
+// Stop sends sig and waits until the process exits, killing it after
+// timeout. SIGKILL is a crash: nothing of the node's shutdown runs.
+func (n *Node) Stop(sig syscall.Signal, timeout time.Duration) error {
+	select {
+	case <-n.done:
+		return nil
+	default:
+	}
+	if err := n.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-n.done:
+		return nil
+	case <-time.After(timeout):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+		return fmt.Errorf("%s did not exit within %v of %v; killed", n.Base, timeout, sig)
+	}
+}
+
+// Restart starts the process again with the same flags once it has
+// stopped, and waits until it serves.
+func (n *Node) Restart() error {
+	<-n.done
+	return n.start()
+}
+
+// Close stops the node (SIGTERM, a minute to shut down) and closes its log.
+func (n *Node) Close() {
+	_ = n.Stop(syscall.SIGTERM, time.Minute)
+	n.logf.Close()
+}
+
+// Sample is what a node costs at one moment.
+type Sample struct {
+	Goroutines, RSS, Conns float64
+	CPU                    float64 // CPU seconds per second over the window
+}
+
+// Measure reads each node's CPU over the same window, then its
+// goroutines, RSS and established connections to brokerPort.
+func Measure(ctx context.Context, nodes []*Node, brokerPort string, window time.Duration) ([]Sample, error) {
+	out := make([]Sample, len(nodes))
+	c0 := make([]float64, len(nodes))
+	for i, n := range nodes {
+		c, err := CPUSeconds(n.Pid())
+		if err != nil {
+			return nil, err
+		}
+		c0[i] = c
+	}
+	t0 := time.Now()
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	took := time.Since(t0).Seconds()
+	for i, n := range nodes {
+		c1, err := CPUSeconds(n.Pid())
+		if err != nil {
+			return nil, err
+		}
+		out[i].CPU = (c1 - c0[i]) / took
+		m, err := Metrics(n.Base)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Goroutines, out[i].RSS = m["go_goroutines"], m["process_resident_memory_bytes"]
+		if out[i].Conns, err = BrokerConns(n.Pid(), brokerPort); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Metrics reads the unlabelled series of a node's /metrics.
+func Metrics(base string) (map[string]float64, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+			out[f[0]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// Totals reads a node's /metrics and sums each family's series over
+// their labels: keyhook_cursor_detaches_total{...} of every subscription
+// and partition as one figure.
+func Totals(base string) (map[string]float64, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			out[name] += v
+		}
+	}
+	return out, sc.Err()
+}
+
+// CPUSeconds is the process's user and system CPU time.
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// BrokerConns counts the process's established TCP sockets to the
+// broker's port.
+func BrokerConns(pid int, port string) (float64, error) {
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return 0, err
+	}
+	inodes := map[string]bool{}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[l[8:len(l)-1]] = true
+		}
+	}
+	want := fmt.Sprintf(":%04X", p)
+	n := 0
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			x := strings.Fields(line)
+			// rem_address, st (01 established), inode
+			if len(x) > 9 && strings.HasSuffix(x[2], want) && x[3] == "01" && inodes[x[9]] {
+				n++
+			}
+		}
+	}
+	return float64(n), nil
+}

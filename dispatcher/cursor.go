@@ -207,10 +207,11 @@ func (g *group) commitCursor(ws []*worker) {
 	}
 }
 
-// readerGroup is the consumer group of the group's reader, "" none.
+// readerGroup is the consumer group of the group's reader, "" none. It
+// is derived, not read from rd: stats read it while the cursor joins.
 func (g *group) readerGroup() string {
-	if g.rd == nil {
+	if !g.n.cfg.SharedRead {
 		return ""
 	}
-	return g.rd.groupID
+	return readerGroupID(g.sub.Topics)
 }

@@ -198,9 +198,8 @@ func (r *reader) position(tp topicPartition) int64 {
 }
 
 // positions returns where the reader's fetch of each owned partition is.
+// r.mu is held.
 func (r *reader) positions() map[topicPartition]int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	out := make(map[topicPartition]int64, len(r.pos))
 	for tp, p := range r.pos {
 		out[tp] = p.Load()
@@ -247,11 +246,7 @@ func (r *reader) assignCursor(g *group, assigned map[string][]int32, gen int32, 
 			}
 		}
 	}
-	pos := make(map[topicPartition]int64, len(r.pos))
-	for tp, p := range r.pos {
-		pos[tp] = p.Load()
-	}
-	g.assignCursor(ranges, gen, starts, pos)
+	g.assignCursor(ranges, gen, starts, r.positions())
 }
 
 // detach takes g off the reader; its caller releases g's workers.
@@ -498,9 +493,10 @@ func (r *reader) let(tps map[string][]int32, graceful bool) {
 }
 
 // commit commits, for the reader group, the lowest commit of its cursors
-// in each owned partition whose hash 0 the node holds, so that its lag is the furthest behind of the
-// subscriptions reading the topics (what an autoscaler reads). Kafka
-// fences it by the reader group's generation.
+// in each owned partition whose hash 0 the node holds (one sharer
+// commits), so that its lag is the furthest behind of the subscriptions
+// reading the topics (what an autoscaler reads). Kafka fences it by the
+// reader group's generation.
 func (r *reader) commit() {
 	low := make(map[topicPartition]int64)
 	r.mu.Lock()

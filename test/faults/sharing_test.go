@@ -105,8 +105,18 @@ func testSharedScaleOutAndIn(t *testing.T, name string, flags ...string) {
 // unflushed at each kill; no two live nodes ever have a key in flight
 // together.
 func TestFaultSharedKill9EveryFiveSeconds(t *testing.T) {
+	testSharedKill9EveryFiveSeconds(t, "shared-kill9")
+}
+
+// The same with the shared read: the reader group shares the partition,
+// and a killed node's ranges go to the others' cursors.
+func TestFaultSharedReadSharersKill9EveryFiveSeconds(t *testing.T) {
+	testSharedKill9EveryFiveSeconds(t, "shared-read-sharers-kill9", "--shared-read")
+}
+
+func testSharedKill9EveryFiveSeconds(t *testing.T, name string, flags ...string) {
 	const records, rate, every, storm = 27_000, 600, 5 * time.Second, 40 * time.Second
-	c := sharedCluster(t, "shared-kill9", 4, slowerLatency)
+	c := sharedCluster(t, name, 4, slowerLatency, flags...)
 	c.startNodes()
 	prod := c.produce(records, rate)
 	for _, slot := range c.live() {

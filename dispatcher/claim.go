@@ -78,7 +78,7 @@ func (w *worker) claimed(r claimResult) {
 	if first && !w.m.Ranges().Equal(w.assignedRanges()) {
 		// A sync narrowed the assignment before the first claim: the
 		// rest was never delivered here, so it is released at once.
-		w.g.rangesReleased(w.tp, w.m.Ranges())
+		w.g.rangesReleased(w, w.m.Ranges())
 	}
 	if w.m.Shared() {
 		w.log.Info("partition claimed", "epoch", r.c.Epoch, "ranges", w.m.Ranges().String(), "previous_owner", r.c.PrevOwner, "acked_ranges", r.c.Acked.Len())

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keyhook/keyhook/keyrange"
 )
 
 // A group is a cursor when the node reads shared (reader.go): the reader
@@ -45,6 +47,8 @@ func (g *group) runCursor(ctx context.Context) error {
 	// meanwhile.
 	g.releaseAll(g.takeWorkers(nil), true)
 	g.n.leaveReader(g)
+	// No sync reaches the cursor any more: no handover starts after this.
+	g.handovers.Wait()
 	g.releaseAll(g.takeWorkers(nil), true)
 	g.n.loops.leave(g)
 	g.stopWorkers()
@@ -99,36 +103,35 @@ func (g *group) awaitOwnGroupEmpty(ctx context.Context) error {
 }
 
 // assignCursor starts a worker for each partition the reader was
-// assigned in generation gen that the cursor has none for, at its start
-// (starts), attached to the shared stream when the reader's fetch (pos)
-// is known not to be past it.
-func (g *group) assignCursor(assigned map[string][]int32, gen int32, starts map[topicPartition]cursorStart, pos map[topicPartition]int64) {
+// assigned in generation gen that the cursor has none for, delivering
+// the key ranges of it in ranges, at its start (starts), attached to the
+// shared stream when the reader's fetch (pos) is known not to be past it.
+func (g *group) assignCursor(ranges map[topicPartition]keyrange.Set, gen int32, starts map[topicPartition]cursorStart, pos map[topicPartition]int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for topic, ps := range assigned {
-		for _, p := range ps {
-			tp := topicPartition{topic, p}
-			if _, ok := g.workers[tp]; ok {
-				continue
-			}
-			w := newWorker(g, tp, gen, nil)
-			if s, ok := starts[tp]; ok {
-				w.topicID = s.topicID
-				w.setBase(s.at)
-				w.src.offered = s.at
-				if at, ok := pos[tp]; !ok || at < 0 || s.at < at {
-					w.detach("behind the reader")
-				}
-			} else {
-				// Its start could not be read: a catch-up from the
-				// reader's position would skip what is below it, so the
-				// partition waits, detached, for the next assignment.
-				w.src.detached = true
-				w.pub.detached.Store(true)
-			}
-			g.workers[tp] = w
-			w.start(g.wctx)
+	assigned := make(map[string][]int32)
+	for tp, rs := range ranges {
+		if _, ok := g.workers[tp]; ok {
+			continue
 		}
+		assigned[tp.topic] = append(assigned[tp.topic], tp.partition)
+		w := newWorker(g, tp, gen, rs)
+		if s, ok := starts[tp]; ok {
+			w.topicID = s.topicID
+			w.setBase(s.at)
+			w.src.offered = s.at
+			if at, ok := pos[tp]; !ok || at < 0 || s.at < at {
+				w.detach("behind the reader")
+			}
+		} else {
+			// Its start could not be read: a catch-up from the
+			// reader's position would skip what is below it, so the
+			// partition waits, detached, for the next assignment.
+			w.src.detached = true
+			w.pub.detached.Store(true)
+		}
+		g.workers[tp] = w
+		w.start(g.wctx)
 	}
 	g.countRebalance("assigned", assigned)
 }
@@ -204,10 +207,11 @@ func (g *group) commitCursor(ws []*worker) {
 	}
 }
 
-// readerGroup is the consumer group of the group's reader, "" none.
+// readerGroup is the consumer group of the group's reader, "" none. It
+// is derived, not read from rd: stats read it while the cursor joins.
 func (g *group) readerGroup() string {
-	if g.rd == nil {
+	if !g.n.cfg.SharedRead {
 		return ""
 	}
-	return g.rd.groupID
+	return readerGroupID(g.sub.Topics)
 }

@@ -80,6 +80,10 @@ type group struct {
 	// retention.go), nil before the first read.
 	retention atomic.Pointer[map[string]time.Duration]
 
+	// handovers are the handovers of single partitions a cursor starts
+	// off its reader's sync (readshare.go); runCursor waits for them.
+	handovers sync.WaitGroup
+
 	mu      sync.Mutex
 	workers map[topicPartition]*worker
 	// starts is what was read about each newly assigned partition, kept
@@ -153,7 +157,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 		g.balancer = b
 		// Nodes that do not share yet (a rolling upgrade) still agree on
 		// cooperative-sticky, whose partitions are whole.
-		balancers = []kgo.GroupBalancer{b, wholePartitions{GroupBalancer: balancers[0], g: g}}
+		balancers = []kgo.GroupBalancer{b, wholePartitions{GroupBalancer: balancers[0], onSync: g.onSync}}
 	}
 	opts := n.memberOpts(s.GroupID(), s.Topics, reset, balancers, memberCallbacks{
 		assigned: g.onAssigned, revoked: g.onRevoked, lost: g.onLost, offsets: g.onOffsetsFetched, live: g.live,
@@ -343,11 +347,17 @@ func (g *group) onSync(a sharing.Assignment) {
 // rangesReleased tells the balancer a worker gave up the ranges it no
 // longer holds, and, once no worker is still giving some up, asks for a
 // rebalance: the balancer hands released ranges over only in the next
-// generation, after their old owner said so.
-func (g *group) rangesReleased(tp topicPartition, keep keyrange.Set) {
+// generation, after their old owner said so. A cursor's worker tells its
+// reader, whose balancer waits for every cursor (reader.rangesReleased).
+func (g *group) rangesReleased(w *worker, keep keyrange.Set) {
+	if g.rd != nil {
+		g.rd.rangesReleased(w, keep)
+		return
+	}
 	if g.balancer == nil {
 		return
 	}
+	tp := w.tp
 	g.balancer.Released(tp.topic, tp.partition, keep)
 	g.mu.Lock()
 	busy := false
@@ -363,12 +373,12 @@ func (g *group) rangesReleased(tp topicPartition, keep keyrange.Set) {
 	}
 }
 
-// wholePartitions is the cooperative-sticky balancer a sharing group
-// offers beside its own, for members that do not share yet: when the
-// group agrees on it, every partition assigned is whole.
+// wholePartitions is the cooperative-sticky balancer a sharing group (or
+// reader) offers beside its own, for members that do not share yet: when
+// the group agrees on it, every partition assigned is whole.
 type wholePartitions struct {
 	kgo.GroupBalancer
-	g *group
+	onSync func(sharing.Assignment)
 }
 
 func (b wholePartitions) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
@@ -383,7 +393,7 @@ func (b wholePartitions) ParseSyncAssignment(assignment []byte) (map[string][]in
 			whole[topic][p] = keyrange.Full()
 		}
 	}
-	b.g.onSync(whole)
+	b.onSync(whole)
 	return a, nil
 }
 
@@ -494,6 +504,9 @@ func (g *group) releaseAll(ws []*worker, graceful bool) {
 	}
 	for _, w := range ws {
 		<-w.done
+	}
+	if g.rd != nil {
+		g.rd.handedOver(ws)
 	}
 }
 

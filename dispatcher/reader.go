@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking"
 )
 
@@ -35,6 +36,9 @@ import (
 // machines, its tracking state and epochs in Redis, its dead letters and
 // its commits under its own group id (keyhook-<id>, committed with no
 // member, so lag tools still see each subscription; see group.commit).
+//
+// With more nodes than partitions, nodes share a partition by key range
+// (readshare.go).
 //
 // A cursor that cannot take what the reader fetched (its window is full,
 // its claim is not in yet, it starts behind the reader) leaves the shared
@@ -76,7 +80,7 @@ type reader struct {
 	// and leaving, so a cursor's workers match the partitions owned.
 	ops sync.Mutex
 
-	// mu guards cursors, owned and pos.
+	// mu guards cursors, owned, pos and sh.
 	mu      sync.Mutex
 	cursors map[*group]struct{}
 	// owned is the generation each owned partition was assigned in.
@@ -84,9 +88,12 @@ type reader struct {
 	// pos is where the reader's fetch of each owned partition is: one
 	// past the last offset it handed out, or where it starts.
 	pos map[topicPartition]*atomic.Int64
+	// sh is the sharing of partitions by key range.
+	sh readerShares
 
 	cancel context.CancelFunc
-	done   chan struct{}
+	// loops are the poll and the settler (readshare.go).
+	loops sync.WaitGroup
 }
 
 // newReader builds the reader of topics with its first cursor, which is
@@ -98,14 +105,18 @@ func newReader(n *Node, topics []string, first *group) (*reader, error) {
 		cursors: map[*group]struct{}{first: {}},
 		owned:   make(map[topicPartition]int32),
 		pos:     make(map[topicPartition]*atomic.Int64),
-		done:    make(chan struct{}),
+		sh:      newReaderShares(),
 	}
 	gid := readerGroupID(topics)
 	r.groupID = gid
 	r.log = n.log.With("reader", gid)
 	r.attrs = attribute.NewSet(attribute.String("reader", gid))
 	r.live = newLiveness(n.cfg.lease(), nil)
-	opts := n.memberOpts(gid, r.topics, kgo.NewOffset().AtStart(), []kgo.GroupBalancer{kgo.CooperativeStickyBalancer()}, memberCallbacks{
+	balancers, err := r.readerBalancers()
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: reader: %w", err)
+	}
+	opts := n.memberOpts(gid, r.topics, kgo.NewOffset().AtStart(), balancers, memberCallbacks{
 		assigned: r.onAssigned, revoked: r.onRevoked, lost: r.onLost, offsets: r.startOffsets, live: r.live,
 	})
 	first.rd, first.live = r, r.live
@@ -117,14 +128,12 @@ func newReader(n *Node, topics []string, first *group) (*reader, error) {
 	return r, nil
 }
 
-// start runs the reader's poll until stop.
+// start runs the reader's poll and its settler until stop.
 func (r *reader) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() {
-		defer close(r.done)
-		r.run(ctx)
-	}()
+	r.loops.Go(func() { r.run(ctx) })
+	r.loops.Go(func() { r.settler(ctx) })
 }
 
 // stop ends the poll, hands every owned partition over (the cursors left
@@ -132,7 +141,7 @@ func (r *reader) start() {
 // and leaves the group.
 func (r *reader) stop() {
 	r.cancel()
-	<-r.done
+	r.loops.Wait()
 	r.commit()
 	r.client().Close()
 }
@@ -189,9 +198,8 @@ func (r *reader) position(tp topicPartition) int64 {
 }
 
 // positions returns where the reader's fetch of each owned partition is.
+// r.mu is held.
 func (r *reader) positions() map[topicPartition]int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	out := make(map[topicPartition]int64, len(r.pos))
 	for tp, p := range r.pos {
 		out[tp] = p.Load()
@@ -212,13 +220,33 @@ func (r *reader) attach(ctx context.Context, g *group) {
 		gen = max(gen, gn)
 	}
 	r.mu.Unlock()
+	var starts map[topicPartition]cursorStart
 	if len(owned) > 0 {
-		starts := r.cursorStarts(ctx, []*group{g}, owned)
-		g.assignCursor(owned, gen, starts[g], r.positions())
+		starts = r.cursorStarts(ctx, []*group{g}, owned)[g]
 	}
+	// The workers take the key ranges of now and the cursor joins in one
+	// step: a sync (onSync) either came before or sees them.
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(owned) > 0 {
+		r.assignCursor(g, owned, gen, starts)
+	}
 	r.cursors[g] = struct{}{}
-	r.mu.Unlock()
+}
+
+// assignCursor gives g a worker for each partition of assigned it
+// delivers keys of (readerShares.cursorRanges). r.mu is held.
+func (r *reader) assignCursor(g *group, assigned map[string][]int32, gen int32, starts map[topicPartition]cursorStart) {
+	ranges := make(map[topicPartition]keyrange.Set)
+	for topic, ps := range assigned {
+		for _, p := range ps {
+			tp := topicPartition{topic, p}
+			if rs, ok := r.sh.cursorRanges(g, tp); ok {
+				ranges[tp] = rs
+			}
+		}
+	}
+	g.assignCursor(ranges, gen, starts, r.positions())
 }
 
 // detach takes g off the reader; its caller releases g's workers.
@@ -263,8 +291,16 @@ func (r *reader) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	_, gen := cl.GroupMetadata()
 	cursors := r.cursorsNow()
 	starts := r.cursorStarts(ctx, cursors, assigned)
-	front := readerStarts(starts, r.n.cfg.MaxWindow)
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	for g, s := range starts {
+		for tp := range s {
+			if _, ok := r.sh.cursorRanges(g, tp); !ok {
+				delete(s, tp) // no worker of g's reads it here
+			}
+		}
+	}
+	front := readerStarts(starts, r.n.cfg.MaxWindow)
 	for topic, ps := range assigned {
 		for _, p := range ps {
 			tp := topicPartition{topic, p}
@@ -277,10 +313,8 @@ func (r *reader) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 			r.pos[tp] = pos
 		}
 	}
-	r.mu.Unlock()
-	pos := r.positions()
 	for _, g := range cursors {
-		g.assignCursor(assigned, gen, starts[g], pos)
+		r.assignCursor(g, assigned, gen, starts[g])
 	}
 	r.log.Info("partitions assigned", "partitions", assigned, "generation", gen)
 }
@@ -442,6 +476,7 @@ func (r *reader) let(tps map[string][]int32, graceful bool) {
 		})
 	}
 	wg.Wait()
+	r.forget(tps)
 	if graceful {
 		r.commit()
 	}
@@ -458,13 +493,23 @@ func (r *reader) let(tps map[string][]int32, graceful bool) {
 }
 
 // commit commits, for the reader group, the lowest commit of its cursors
-// in each owned partition, so that its lag is the furthest behind of the
-// subscriptions reading the topics (what an autoscaler reads). Kafka
-// fences it by the reader group's generation.
+// in each owned partition whose hash 0 the node holds (one sharer
+// commits), so that its lag is the furthest behind of the subscriptions
+// reading the topics (what an autoscaler reads). Kafka fences it by the
+// reader group's generation.
 func (r *reader) commit() {
 	low := make(map[topicPartition]int64)
+	r.mu.Lock()
+	mine := make(map[topicPartition]bool, len(r.owned))
+	for tp := range r.owned {
+		mine[tp] = r.sh.commits(tp)
+	}
+	r.mu.Unlock()
 	for _, g := range r.cursorsNow() {
 		for _, w := range g.snapshotWorkers() {
+			if !mine[w.tp] {
+				continue // another sharer holds hash 0 and commits
+			}
 			c := w.committed.Load()
 			if cur, ok := low[w.tp]; !ok || c < cur {
 				low[w.tp] = c

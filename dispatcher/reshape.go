@@ -127,7 +127,7 @@ func (w *worker) released(r releaseResult) {
 		}
 		w.publishRanges()
 		w.log.Info("key ranges released", "released", given.Minus(w.m.Ranges()).String(), "keeping", w.m.Ranges().String())
-		w.g.rangesReleased(w.tp, w.m.Ranges())
+		w.g.rangesReleased(w, w.m.Ranges())
 	case errors.Is(err, tracking.ErrStateLost), errors.Is(err, tracking.ErrFenced):
 		// As for a flush: claim again; a newer owner refuses it.
 		w.claim()

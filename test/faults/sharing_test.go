@@ -24,11 +24,11 @@ const (
 )
 
 // sharedCluster is a cluster on a one-partition topic with sharing auto
-// (the subscription's default).
-func sharedCluster(t *testing.T, name string, nodes int, latency func(*testutil.Delivery) time.Duration) *cluster {
+// (the subscription's default), its nodes started with flags.
+func sharedCluster(t *testing.T, name string, nodes int, latency func(*testutil.Delivery) time.Duration, flags ...string) *cluster {
 	return newCluster(t, name, clusterConfig{
 		nodes: nodes, partitions: 1, keys: sharedKeys, maxInFlight: sharedMaxInFlight,
-		latency: latency,
+		latency: latency, flags: flags,
 	})
 }
 
@@ -40,8 +40,19 @@ func sharedCluster(t *testing.T, name string, nodes int, latency func(*testutil.
 // flight across the nodes, keys stay in order, the merged commit never
 // passes an unacked offset, and at four nodes every node delivers.
 func TestFaultSharedScaleOutAndIn(t *testing.T) {
+	testSharedScaleOutAndIn(t, "shared-scale")
+}
+
+// The same with the shared read: the reader group shares the partition,
+// and its cursor gives up and takes key ranges as the subscription's own
+// group would.
+func TestFaultSharedReadScaleOutAndIn(t *testing.T) {
+	testSharedScaleOutAndIn(t, "shared-read-scale", "--shared-read")
+}
+
+func testSharedScaleOutAndIn(t *testing.T, name string, flags ...string) {
 	const records, rate, step = 30_000, 600, 6 * time.Second
-	c := sharedCluster(t, "shared-scale", 1, slowerLatency)
+	c := sharedCluster(t, name, 1, slowerLatency, flags...)
 	c.startNodes()
 	prod := c.produce(records, rate)
 	c.waitClaimed(c.slots[0], time.Minute)
@@ -94,8 +105,18 @@ func TestFaultSharedScaleOutAndIn(t *testing.T) {
 // unflushed at each kill; no two live nodes ever have a key in flight
 // together.
 func TestFaultSharedKill9EveryFiveSeconds(t *testing.T) {
+	testSharedKill9EveryFiveSeconds(t, "shared-kill9")
+}
+
+// The same with the shared read: the reader group shares the partition,
+// and a killed node's ranges go to the others' cursors.
+func TestFaultSharedReadSharersKill9EveryFiveSeconds(t *testing.T) {
+	testSharedKill9EveryFiveSeconds(t, "shared-read-sharers-kill9", "--shared-read")
+}
+
+func testSharedKill9EveryFiveSeconds(t *testing.T, name string, flags ...string) {
 	const records, rate, every, storm = 27_000, 600, 5 * time.Second, 40 * time.Second
-	c := sharedCluster(t, "shared-kill9", 4, slowerLatency)
+	c := sharedCluster(t, name, 4, slowerLatency, flags...)
 	c.startNodes()
 	prod := c.produce(records, rate)
 	for _, slot := range c.live() {

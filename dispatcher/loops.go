@@ -16,7 +16,8 @@ const countEvery = 30 * time.Second
 // loops is the node's periodic work for every group running on it, one
 // goroutine per kind of work instead of one per group: commits every
 // CommitInterval, the topics' retention and partition count, and the
-// redrive queues every RedriveInterval in one Redis round trip for all.
+// redrive queues every RedriveInterval in one Redis round trip for all
+// (one GET when nothing was queued since the last).
 // An idle subscription then costs no goroutine of its own here. A group
 // joins once it polls and leaves when it stops; leave returns once no
 // loop works on the group any more, so its shutdown (the final commit,
@@ -170,31 +171,61 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// redriveLoop lists the redrive queues of every group that redrives in
-// one round trip each RedriveInterval, and has each group take those of
-// its owned partitions.
+// redriveFullEvery is how many redrive polls pass between two that list
+// every group's queues whatever the count of pushes says: the safety net
+// for a push whose count did not move (10 s at the default interval).
+const redriveFullEvery = 40
+
+// redriveLoop polls the redrive queues each RedriveInterval for every
+// group that redrives, in one round trip, and has each group take those
+// of its owned partitions. An idle node pays one GET a poll: the queues
+// are listed again only for the groups that had some queued at the last
+// listing, those that joined since, and all of them when the count of
+// pushes moved (a redrive queued on any node) or every redriveFullEvery
+// polls. A group is polled only while something of it is queued or
+// taken.
 func (l *loops) redriveLoop(ctx context.Context) {
 	t := time.NewTicker(l.n.cfg.RedriveInterval)
 	defer t.Stop()
-	for {
+	var (
+		// version is the count of pushes at the last full listing.
+		version string
+		// queued holds, of the groups listed, those with something
+		// queued; listed the groups listed since the last full listing.
+		queued = make(map[string][]deadletter.Source)
+		listed = make(map[string]bool)
+	)
+	for polls := 0; ; polls++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		var ms []*member
-		var subs []string
 		for _, m := range l.snapshot() {
 			if m.g.redriver != nil {
 				ms = append(ms, m)
-				subs = append(subs, m.g.sub.ID)
 			}
 		}
 		if len(ms) == 0 {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		queued, err := l.n.cfg.Redrives.QueuedMany(rctx, subs)
+		v, err := l.n.cfg.Redrives.QueuedVersion(rctx)
+		full := err == nil && (v != version || polls%redriveFullEvery == 0)
+		var subs []string
+		if err == nil {
+			for _, m := range ms {
+				id := m.g.sub.ID
+				if full || !listed[id] || queued[id] != nil {
+					subs = append(subs, id)
+				}
+			}
+		}
+		var got map[string][]deadletter.Source
+		if len(subs) > 0 {
+			got, err = l.n.cfg.Redrives.QueuedMany(rctx, subs)
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -202,8 +233,25 @@ func (l *loops) redriveLoop(ctx context.Context) {
 			}
 			continue
 		}
+		if full {
+			version = v
+			clear(listed)
+			clear(queued)
+		}
+		for _, id := range subs {
+			listed[id] = true
+			if src := got[id]; len(src) > 0 {
+				queued[id] = src
+			} else {
+				delete(queued, id)
+			}
+		}
 		for _, m := range ms {
-			m.with(func(g *group) { g.redriver.poll(ctx, queued[g.sub.ID]) })
+			src := queued[m.g.sub.ID]
+			if len(src) == 0 && m.g.redriver.idle() {
+				continue
+			}
+			m.with(func(g *group) { g.redriver.poll(ctx, src) })
 		}
 	}
 }

@@ -120,12 +120,12 @@ func (k Keyspace) RedriveIndex(subscription string) string {
 // list the queues again, so that an idle node does not list them all
 // every interval:
 //
-//	<prefix>:redrive:queued
+//	<prefix>:redrives:queued
 //
-// No tag: it is written after a push, alone, and a subscription id
-// starts with "sub_", never "queued".
+// No tag: it is written after a push, alone. It is apart from the
+// "<prefix>:redrive:" keys, which are each subscription's.
 func (k Keyspace) RedrivesQueued() string {
-	return k.prefix() + ":redrive:queued"
+	return k.prefix() + ":redrives:queued"
 }
 
 // FailingStreak is the HASH of one subscription's failing streak, shared

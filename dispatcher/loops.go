@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keyhook/keyhook/deadletter"
 )
 
@@ -30,6 +33,9 @@ type loops struct {
 	mu sync.Mutex
 	// members are the groups running, guarded by mu.
 	members map[*group]*member
+	// fresh are the members joined since the topics loop last looked,
+	// guarded by mu.
+	fresh []*member
 }
 
 // member is one group's place in the loops.
@@ -42,8 +48,6 @@ type member struct {
 	// committing is set while a commit of the group runs: a commit
 	// slower than the interval is not piled upon.
 	committing atomic.Bool
-	// The topics loop's schedule for the group, owned by that loop.
-	nextRetention, nextCount time.Time
 }
 
 func newLoops(n *Node) *loops {
@@ -52,8 +56,10 @@ func newLoops(n *Node) *loops {
 
 // join adds g to every loop.
 func (l *loops) join(g *group) {
+	m := &member{g: g}
 	l.mu.Lock()
-	l.members[g] = &member{g: g}
+	l.members[g] = m
+	l.fresh = append(l.fresh, m)
 	l.mu.Unlock()
 	select {
 	case l.joined <- struct{}{}:
@@ -134,27 +140,50 @@ func (l *loops) commitLoop(ctx context.Context) {
 	}
 }
 
-// topicsLoop reads each group's topics' retention every
-// retentionRefresh and partition count every countEvery, a new group's
-// at once.
+// topicsLoop reads the retention of the node's topics every
+// retentionRefresh and their partition counts every countEvery, once per
+// topic however many groups read it (a thousand subscriptions on one
+// topic cost one request, not a thousand), and hands each group those of
+// its topics. A group that joins gets what is known of its topics at
+// once, and those not known yet are read for it then.
 func (l *loops) topicsLoop(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	topics := make(map[string]*topicInfo)
+	var nextRetention, nextCount time.Time
 	for {
 		now := time.Now()
-		next := now.Add(countEvery)
-		for _, m := range l.snapshot() {
-			if !m.nextRetention.After(now) {
-				m.with(func(g *group) { g.readRetention(ctx) })
-				m.nextRetention = now.Add(retentionRefresh)
+		l.mu.Lock()
+		fresh := l.fresh
+		l.fresh = nil
+		l.mu.Unlock()
+		retention, count := !now.Before(nextRetention), !now.Before(nextCount)
+		switch {
+		case retention || count:
+			ms := l.snapshot()
+			names := topicNames(ms, nil)
+			if retention {
+				l.readRetention(ctx, ms, topics, names)
+				nextRetention = now.Add(retentionRefresh)
 			}
-			if !m.nextCount.After(now) {
-				m.with(func(g *group) { g.countTopicPartitions(ctx) })
-				m.nextCount = now.Add(countEvery)
+			if count {
+				l.countPartitions(ctx, ms, topics, names)
+				nextCount = now.Add(countEvery)
 			}
-			next = minTime(next, minTime(m.nextRetention, m.nextCount))
+			for _, m := range ms {
+				m.with(func(g *group) { g.learnTopics(topics) })
+			}
+		case len(fresh) > 0:
+			unknown := topicNames(fresh, func(name string) bool { return topics[name] == nil })
+			if len(unknown) > 0 {
+				l.readRetention(ctx, fresh, topics, unknown)
+				l.countPartitions(ctx, fresh, topics, unknown)
+			}
+			for _, m := range fresh {
+				m.with(func(g *group) { g.learnTopics(topics) })
+			}
 		}
-		t.Reset(time.Until(next))
+		t.Reset(time.Until(minTime(nextRetention, nextCount)))
 		select {
 		case <-ctx.Done():
 			return
@@ -162,6 +191,93 @@ func (l *loops) topicsLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// topicInfo is what the topics loop read of one topic; only that loop
+// uses it.
+type topicInfo struct {
+	// retention is the topic's retention.ms, 0 when it has none or it
+	// could not be read.
+	retention time.Duration
+	// partitions counts the topic's partitions, 0 until read.
+	partitions int
+}
+
+// topicNames returns the topics the members' groups read, each once, of
+// those keep says to (all when keep is nil).
+func topicNames(ms []*member, keep func(string) bool) []string {
+	seen := make(map[string]bool)
+	var out []string
+	for _, m := range ms {
+		for _, name := range m.g.sub.Topics {
+			if !seen[name] && (keep == nil || keep(name)) {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// withClient runs f with the Kafka client of one of ms's groups still
+// running; false if none is.
+func withClient(ms []*member, f func(cl *kgo.Client)) bool {
+	for _, m := range ms {
+		if m.with(func(g *group) { f(g.client()) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// readRetention reads the retention of names into topics, in one request.
+func (l *loops) readRetention(ctx context.Context, ms []*member, topics map[string]*topicInfo, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	withClient(ms, func(cl *kgo.Client) {
+		read, err := readRetention(ctx, cl, names)
+		if err != nil {
+			l.n.log.Warn("cannot read the topics' retention; the retention guard waits", "topics", len(names), "err", err)
+			return
+		}
+		for _, name := range names {
+			info(topics, name).retention = read[name]
+		}
+	})
+}
+
+// countPartitions reads the partition counts of names into topics, in
+// one request.
+func (l *loops) countPartitions(ctx context.Context, ms []*member, topics map[string]*topicInfo, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	withClient(ms, func(cl *kgo.Client) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		md, err := kadm.NewClient(cl).Metadata(ctx, names...)
+		if err != nil {
+			return
+		}
+		for _, name := range names {
+			n := 0
+			if t, ok := md.Topics[name]; ok && t.Err == nil {
+				n = len(t.Partitions)
+			}
+			info(topics, name).partitions = n
+		}
+	})
+}
+
+// info returns topics[name], added if missing.
+func info(topics map[string]*topicInfo, name string) *topicInfo {
+	ti := topics[name]
+	if ti == nil {
+		ti = &topicInfo{}
+		topics[name] = ti
+	}
+	return ti
 }
 
 func minTime(a, b time.Time) time.Time {

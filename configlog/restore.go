@@ -25,6 +25,29 @@ type Target interface {
 	RemoveEntry(ctx context.Context, e Entry) error
 }
 
+// Marked is implemented by a Target that can tell cheaply whether its
+// entries changed: Mark returns a value that moves with every change its
+// store makes (subscription.Store's set version). Run then snapshots such
+// a target only when its mark or the log moved since a round that found
+// nothing to do, and every fullEvery rounds whatever they say: a Redis
+// that lost data, or was rolled back, shows as a mark that moved, and a
+// change made behind the store's back is found by the full round.
+type Marked interface {
+	Mark(ctx context.Context) (string, error)
+}
+
+// fullEvery is how many rounds pass between two that snapshot every
+// target whatever its mark says (30 s at the default interval).
+const fullEvery = 30
+
+// quiet is what a round that found a kind in step saw: the target's mark
+// and the log's position. A later round that sees both unchanged skips
+// the kind.
+type quiet struct {
+	mark string
+	next int64
+}
+
 // state is the log as read so far: per kind, per id, the winning entry
 // and the version of the last record read for it. Only Run's goroutine
 // touches it.
@@ -34,6 +57,10 @@ type state struct {
 	// planned holds, per kind, the restores and removes (ID and version)
 	// the previous round found.
 	planned map[string]map[planKey]bool
+	// quiet holds, per kind, what the last round that found it in step
+	// saw; rounds counts the rounds, for fullEvery.
+	quiet  map[string]quiet
+	rounds int
 }
 
 // settled keeps, of p's restores and removes, those the previous round
@@ -107,7 +134,7 @@ func (s *state) view(kind string) map[string]Entry {
 // keeps it. Failures (Redis or Kafka unreachable) are logged and retried
 // at the next interval; Run returns nil when ctx ends.
 func (l *Log) Run(ctx context.Context, targets ...Target) error {
-	st := &state{entries: make(map[string]map[string]*logged), planned: make(map[string]map[planKey]bool)}
+	st := &state{entries: make(map[string]map[string]*logged), planned: make(map[string]map[planKey]bool), quiet: make(map[string]quiet)}
 	tick := time.NewTicker(l.cfg.Interval)
 	defer tick.Stop()
 	var failing bool
@@ -137,21 +164,46 @@ func (l *Log) Run(ctx context.Context, targets ...Target) error {
 // to an end taken after it, and nothing a snapshot shows is mistaken for
 // a change the log lacks.
 func (l *Log) reconcile(ctx context.Context, st *state, targets []Target) error {
+	full := st.rounds%fullEvery == 0
+	st.rounds++
 	snaps := make([]map[string]Entry, len(targets))
+	marks := make([]string, len(targets))
+	skip := make([]bool, len(targets))
 	for i, t := range targets {
+		if m, ok := t.(Marked); ok {
+			mark, err := m.Mark(ctx)
+			if err != nil {
+				return fmt.Errorf("configlog: read %s mark: %w", t.Kind(), err)
+			}
+			marks[i] = mark
+			q, wasQuiet := st.quiet[t.Kind()]
+			if !full && wasQuiet && q.mark == mark && q.next == st.next {
+				skip[i] = true
+				continue
+			}
+		}
 		snap, err := t.SnapshotEntries(ctx)
 		if err != nil {
 			return fmt.Errorf("configlog: read %s entries: %w", t.Kind(), err)
 		}
 		snaps[i] = snap
 	}
+	before := st.next
 	if err := l.catchUp(ctx, st); err != nil {
 		return err
 	}
 	var errs []error
 	for i, t := range targets {
 		kind := t.Kind()
-		plan := st.settled(kind, Reconcile(st.view(kind), snaps[i]))
+		if skip[i] {
+			// Neither Redis nor the log moved since the kind was last
+			// found in step; a log that moved during this round's read
+			// is compared at the next.
+			continue
+		}
+		delete(st.quiet, kind)
+		found := Reconcile(st.view(kind), snaps[i])
+		plan := st.settled(kind, found)
 		var restored, removed, adopted int
 		for _, e := range plan.Restore {
 			if err := t.RestoreEntry(ctx, e); err != nil {
@@ -188,6 +240,11 @@ func (l *Log) reconcile(ctx context.Context, st *state, targets []Target) error 
 		if !plan.Empty() {
 			l.cfg.Logger.Info("config log: redis brought in step", "kind", kind,
 				"restored", restored, "removed", removed, "adopted", adopted)
+		}
+		if found.Empty() && len(errs) == 0 && st.next == before {
+			// In step, as of the mark read before the snapshot: a change
+			// since moved the mark.
+			st.quiet[kind] = quiet{mark: marks[i], next: st.next}
 		}
 	}
 	return errors.Join(errs...)

@@ -466,3 +466,41 @@ func TestAChangeReadFromARolledBackRedisIsRefused(t *testing.T) {
 		t.Errorf("the log's last record of the subscription is %q (found %v); want the delete", lastValue(r), ok)
 	}
 }
+
+func TestRunLeavesAnUnchangedSetUnreadBetweenItsFullRounds(t *testing.T) {
+	w := newWorld(t)
+	w.create(t, "a")
+	w.create(t, "b")
+	cmds := testutil.CountCommands(w.rdb)
+	w.restore(t)
+	const version, set = "get keyhook:{keyhook:subscriptions}:version", "hgetall keyhook:subscriptions"
+	// Running: it reads the set's version each round (20 ms).
+	reads := 0
+	waitFor(t, "a few rounds ran", func() bool { reads += cmds.Take()[version]; return reads >= 5 })
+	time.Sleep(300 * time.Millisecond) // 15 rounds; a full round comes every 30
+	got := cmds.Take()
+	if got[version] < 5 {
+		t.Fatalf("%d reads of the version in 300ms of 20ms rounds; want one a round", got[version])
+	}
+	if got[set] > 1 {
+		t.Errorf("%d snapshots of an unchanged set in %d rounds; want at most 1 (a full round)", got[set], got[version])
+	}
+}
+
+func TestRunRestoresASubscriptionRemovedBehindTheStoresBack(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	a, b := w.create(t, "a"), w.create(t, "b")
+	cmds := testutil.CountCommands(w.rdb)
+	w.restore(t)
+	reads := 0
+	waitFor(t, "rounds found the set in step", func() bool {
+		reads += cmds.Take()["get keyhook:{keyhook:subscriptions}:version"]
+		return reads >= 5
+	})
+	// Neither the version nor the log moves: only a full round sees it.
+	if err := w.rdb.HDel(ctx, "keyhook:subscriptions", a.ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a is back", func() bool { got := w.versions(t); return got[a.ID] == 1 && got[b.ID] == 1 })
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,7 +109,28 @@ func (q *Queue) Push(ctx context.Context, subscription string, rs []Redrive) err
 	if err != nil {
 		return fmt.Errorf("deadletter: queue redrives: %w", err)
 	}
+	// Then the count of pushes moves, which tells every node's poll to
+	// list the queues again (QueuedVersion). It is a key of its own, in
+	// no subscription's slot, so it cannot be in the transaction; should
+	// it fail, the redrives are queued all the same and the pollers' next
+	// full listing finds them.
+	_ = q.rdb.Incr(ctx, q.keys.RedrivesQueued()).Err()
 	return nil
+}
+
+// QueuedVersion returns the count of pushes, on any subscription, that
+// Push moves after queueing: a poller lists the queues again only when it
+// moved (and now and then whatever it says). "" when nothing was ever
+// pushed.
+func (q *Queue) QueuedVersion(ctx context.Context) (string, error) {
+	v, err := q.rdb.Get(ctx, q.keys.RedrivesQueued()).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("deadletter: read the redrive count: %w", err)
+	}
+	return v, nil
 }
 
 // Source names a source partition.

@@ -2,6 +2,7 @@ package deadletter_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/keyhook/keyhook/deadletter"
@@ -53,8 +54,32 @@ func TestQueueKeepsARedriveUntilDone(t *testing.T) {
 	if err := q.DeleteSubscription(ctx, "sub-a"); err != nil {
 		t.Fatal(err)
 	}
-	if keys, _ := rdb.Keys(ctx, "*").Result(); len(keys) != 0 {
-		t.Fatalf("after DeleteSubscription Redis holds %q, want nothing", keys)
+	// The count of pushes is every subscription's, and stays.
+	if keys, _ := rdb.Keys(ctx, "*").Result(); len(keys) != 1 || keys[0] != "keyhook:redrives:queued" {
+		t.Fatalf("after DeleteSubscription Redis holds %q, want only the count of pushes", keys)
+	}
+}
+
+// Each push moves the count of pushes that the nodes' polls read before
+// listing the queues.
+func TestPushMovesTheCountOfPushes(t *testing.T) {
+	ctx := context.Background()
+	rdb := testutil.StartRedis(t).Client()
+	q := newQueue(t, rdb)
+	before, err := q.QueuedVersion(ctx)
+	if err != nil || before != "" {
+		t.Fatalf("QueuedVersion before any push = %q, %v; want \"\"", before, err)
+	}
+	seen := map[string]bool{before: true}
+	for i := range 3 {
+		if err := q.Push(ctx, "sub-"+strconv.Itoa(i), []deadletter.Redrive{{DeliveryID: "dlv", Topic: "orders", Partition: 0, Offset: int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := q.QueuedVersion(ctx)
+		if err != nil || seen[v] {
+			t.Fatalf("QueuedVersion after push %d = %q, %v; want one not seen before (%v)", i, v, err, seen)
+		}
+		seen[v] = true
 	}
 }
 

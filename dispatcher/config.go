@@ -85,8 +85,9 @@ type Tuning struct {
 	// SessionTimeout is the consumer group session timeout. Default 10s.
 	// It also sets the ownership lease (see lease).
 	SessionTimeout time.Duration
-	// ResyncInterval is how often the subscription set is re-read even
-	// without a change notification. Default 1s.
+	// ResyncInterval is how often the subscription set's version is read
+	// even without a change notification; the set is listed again when it
+	// moved, and every 30 intervals whatever it says. Default 1s.
 	ResyncInterval time.Duration
 	// RemoveGrace is how long a subscription must be missing from the
 	// set before its consumer stops. A store that lost its data (Redis
@@ -95,8 +96,9 @@ type Tuning struct {
 	// group for nothing. A deleted subscription stops that much later.
 	// Default 5s; negative stops at once.
 	RemoveGrace time.Duration
-	// RedriveInterval is how often each owned partition's redrive queue
-	// is read. Default 250ms.
+	// RedriveInterval is how often the node polls the redrive queues: a
+	// read of the count of pushes, and a listing of the queues that may
+	// have changed (all of them every 40 polls). Default 250ms.
 	RedriveInterval time.Duration
 	// Retry is the retry policy of every delivery under the
 	// subscription's own (webhooks defaults).

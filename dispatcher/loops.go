@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keyhook/keyhook/deadletter"
 )
 
@@ -16,7 +19,8 @@ const countEvery = 30 * time.Second
 // loops is the node's periodic work for every group running on it, one
 // goroutine per kind of work instead of one per group: commits every
 // CommitInterval, the topics' retention and partition count, and the
-// redrive queues every RedriveInterval in one Redis round trip for all.
+// redrive queues every RedriveInterval in one Redis round trip for all
+// (one GET when nothing was queued since the last).
 // An idle subscription then costs no goroutine of its own here. A group
 // joins once it polls and leaves when it stops; leave returns once no
 // loop works on the group any more, so its shutdown (the final commit,
@@ -29,6 +33,9 @@ type loops struct {
 	mu sync.Mutex
 	// members are the groups running, guarded by mu.
 	members map[*group]*member
+	// fresh are the members joined since the topics loop last looked,
+	// guarded by mu.
+	fresh []*member
 }
 
 // member is one group's place in the loops.
@@ -41,8 +48,6 @@ type member struct {
 	// committing is set while a commit of the group runs: a commit
 	// slower than the interval is not piled upon.
 	committing atomic.Bool
-	// The topics loop's schedule for the group, owned by that loop.
-	nextRetention, nextCount time.Time
 }
 
 func newLoops(n *Node) *loops {
@@ -51,8 +56,10 @@ func newLoops(n *Node) *loops {
 
 // join adds g to every loop.
 func (l *loops) join(g *group) {
+	m := &member{g: g}
 	l.mu.Lock()
-	l.members[g] = &member{g: g}
+	l.members[g] = m
+	l.fresh = append(l.fresh, m)
 	l.mu.Unlock()
 	select {
 	case l.joined <- struct{}{}:
@@ -133,27 +140,50 @@ func (l *loops) commitLoop(ctx context.Context) {
 	}
 }
 
-// topicsLoop reads each group's topics' retention every
-// retentionRefresh and partition count every countEvery, a new group's
-// at once.
+// topicsLoop reads the retention of the node's topics every
+// retentionRefresh and their partition counts every countEvery, once per
+// topic however many groups read it (a thousand subscriptions on one
+// topic cost one request, not a thousand), and hands each group those of
+// its topics. A group that joins gets what is known of its topics at
+// once, and those not known yet are read for it then.
 func (l *loops) topicsLoop(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	topics := make(map[string]*topicInfo)
+	var nextRetention, nextCount time.Time
 	for {
 		now := time.Now()
-		next := now.Add(countEvery)
-		for _, m := range l.snapshot() {
-			if !m.nextRetention.After(now) {
-				m.with(func(g *group) { g.readRetention(ctx) })
-				m.nextRetention = now.Add(retentionRefresh)
+		l.mu.Lock()
+		fresh := l.fresh
+		l.fresh = nil
+		l.mu.Unlock()
+		retention, count := !now.Before(nextRetention), !now.Before(nextCount)
+		switch {
+		case retention || count:
+			ms := l.snapshot()
+			names := topicNames(ms, nil)
+			if retention {
+				l.readRetention(ctx, ms, topics, names)
+				nextRetention = now.Add(retentionRefresh)
 			}
-			if !m.nextCount.After(now) {
-				m.with(func(g *group) { g.countTopicPartitions(ctx) })
-				m.nextCount = now.Add(countEvery)
+			if count {
+				l.countPartitions(ctx, ms, topics, names)
+				nextCount = now.Add(countEvery)
 			}
-			next = minTime(next, minTime(m.nextRetention, m.nextCount))
+			for _, m := range ms {
+				m.with(func(g *group) { g.learnTopics(topics) })
+			}
+		case len(fresh) > 0:
+			unknown := topicNames(fresh, func(name string) bool { return topics[name] == nil })
+			if len(unknown) > 0 {
+				l.readRetention(ctx, fresh, topics, unknown)
+				l.countPartitions(ctx, fresh, topics, unknown)
+			}
+			for _, m := range fresh {
+				m.with(func(g *group) { g.learnTopics(topics) })
+			}
 		}
-		t.Reset(time.Until(next))
+		t.Reset(time.Until(minTime(nextRetention, nextCount)))
 		select {
 		case <-ctx.Done():
 			return
@@ -163,6 +193,93 @@ func (l *loops) topicsLoop(ctx context.Context) {
 	}
 }
 
+// topicInfo is what the topics loop read of one topic; only that loop
+// uses it.
+type topicInfo struct {
+	// retention is the topic's retention.ms, 0 when it has none or it
+	// could not be read.
+	retention time.Duration
+	// partitions counts the topic's partitions, 0 until read.
+	partitions int
+}
+
+// topicNames returns the topics the members' groups read, each once, of
+// those keep says to (all when keep is nil).
+func topicNames(ms []*member, keep func(string) bool) []string {
+	seen := make(map[string]bool)
+	var out []string
+	for _, m := range ms {
+		for _, name := range m.g.sub.Topics {
+			if !seen[name] && (keep == nil || keep(name)) {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// withClient runs f with the Kafka client of one of ms's groups still
+// running; false if none is.
+func withClient(ms []*member, f func(cl *kgo.Client)) bool {
+	for _, m := range ms {
+		if m.with(func(g *group) { f(g.client()) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// readRetention reads the retention of names into topics, in one request.
+func (l *loops) readRetention(ctx context.Context, ms []*member, topics map[string]*topicInfo, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	withClient(ms, func(cl *kgo.Client) {
+		read, err := readRetention(ctx, cl, names)
+		if err != nil {
+			l.n.log.Warn("cannot read the topics' retention; the retention guard waits", "topics", len(names), "err", err)
+			return
+		}
+		for _, name := range names {
+			info(topics, name).retention = read[name]
+		}
+	})
+}
+
+// countPartitions reads the partition counts of names into topics, in
+// one request.
+func (l *loops) countPartitions(ctx context.Context, ms []*member, topics map[string]*topicInfo, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	withClient(ms, func(cl *kgo.Client) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		md, err := kadm.NewClient(cl).Metadata(ctx, names...)
+		if err != nil {
+			return
+		}
+		for _, name := range names {
+			n := 0
+			if t, ok := md.Topics[name]; ok && t.Err == nil {
+				n = len(t.Partitions)
+			}
+			info(topics, name).partitions = n
+		}
+	})
+}
+
+// info returns topics[name], added if missing.
+func info(topics map[string]*topicInfo, name string) *topicInfo {
+	ti := topics[name]
+	if ti == nil {
+		ti = &topicInfo{}
+		topics[name] = ti
+	}
+	return ti
+}
+
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
 		return b
@@ -170,31 +287,61 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// redriveLoop lists the redrive queues of every group that redrives in
-// one round trip each RedriveInterval, and has each group take those of
-// its owned partitions.
+// redriveFullEvery is how many redrive polls pass between two that list
+// every group's queues whatever the count of pushes says: the safety net
+// for a push whose count did not move (10 s at the default interval).
+const redriveFullEvery = 40
+
+// redriveLoop polls the redrive queues each RedriveInterval for every
+// group that redrives, in one round trip, and has each group take those
+// of its owned partitions. An idle node pays one GET a poll: the queues
+// are listed again only for the groups that had some queued at the last
+// listing, those that joined since, and all of them when the count of
+// pushes moved (a redrive queued on any node) or every redriveFullEvery
+// polls. A group is polled only while something of it is queued or
+// taken.
 func (l *loops) redriveLoop(ctx context.Context) {
 	t := time.NewTicker(l.n.cfg.RedriveInterval)
 	defer t.Stop()
-	for {
+	var (
+		// version is the count of pushes at the last full listing.
+		version string
+		// queued holds, of the groups listed, those with something
+		// queued; listed the groups listed since the last full listing.
+		queued = make(map[string][]deadletter.Source)
+		listed = make(map[string]bool)
+	)
+	for polls := 0; ; polls++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		var ms []*member
-		var subs []string
 		for _, m := range l.snapshot() {
 			if m.g.redriver != nil {
 				ms = append(ms, m)
-				subs = append(subs, m.g.sub.ID)
 			}
 		}
 		if len(ms) == 0 {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		queued, err := l.n.cfg.Redrives.QueuedMany(rctx, subs)
+		v, err := l.n.cfg.Redrives.QueuedVersion(rctx)
+		full := err == nil && (v != version || polls%redriveFullEvery == 0)
+		var subs []string
+		if err == nil {
+			for _, m := range ms {
+				id := m.g.sub.ID
+				if full || !listed[id] || queued[id] != nil {
+					subs = append(subs, id)
+				}
+			}
+		}
+		var got map[string][]deadletter.Source
+		if len(subs) > 0 {
+			got, err = l.n.cfg.Redrives.QueuedMany(rctx, subs)
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -202,8 +349,25 @@ func (l *loops) redriveLoop(ctx context.Context) {
 			}
 			continue
 		}
+		if full {
+			version = v
+			clear(listed)
+			clear(queued)
+		}
+		for _, id := range subs {
+			listed[id] = true
+			if src := got[id]; len(src) > 0 {
+				queued[id] = src
+			} else {
+				delete(queued, id)
+			}
+		}
 		for _, m := range ms {
-			m.with(func(g *group) { g.redriver.poll(ctx, queued[g.sub.ID]) })
+			src := queued[m.g.sub.ID]
+			if len(src) == 0 && m.g.redriver.idle() {
+				continue
+			}
+			m.with(func(g *group) { g.redriver.poll(ctx, src) })
 		}
 	}
 }

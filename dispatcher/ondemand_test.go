@@ -97,8 +97,24 @@ func TestIdleSubscriptionHasNoDeliveryGoroutine(t *testing.T) {
 // countingQueue counts the node's listings of the redrive queues.
 type countingQueue struct {
 	*deadletter.Queue
-	mu    sync.Mutex
-	calls [][]string
+	mu       sync.Mutex
+	calls    [][]string
+	versions int
+}
+
+func (q *countingQueue) QueuedVersion(ctx context.Context) (string, error) {
+	q.mu.Lock()
+	q.versions++
+	q.mu.Unlock()
+	return q.Queue.QueuedVersion(ctx)
+}
+
+// counts returns how many listings and reads of the count of pushes the
+// node made.
+func (q *countingQueue) counts() (listings, versions int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.calls), q.versions
 }
 
 func (q *countingQueue) QueuedMany(ctx context.Context, subs []string) (map[string][]deadletter.Source, error) {
@@ -170,11 +186,91 @@ func TestNodeRedriveLoopServesTwoSubscriptionsWithOnePoll(t *testing.T) {
 	if both == 0 {
 		t.Fatalf("no poll listed both subscriptions' queues: %v", calls)
 	}
-	// Each poll is one call for the node: the calls listing one
-	// subscription precede those listing both.
-	for i := 1; i < len(calls); i++ {
-		if len(calls[i]) < len(calls[i-1]) {
-			t.Fatalf("poll %d listed %v after poll %d listed %v: a poll per subscription", i, calls[i], i-1, calls[i-1])
+}
+
+// claimedOwned waits until the node claimed n partitions.
+func claimedOwned(t *testing.T, h *nodeHandle, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%d partitions claimed", n), func() bool {
+		claimed := 0
+		for _, o := range h.node.Owned() {
+			if o.Claimed {
+				claimed++
+			}
 		}
+		return claimed == n
+	})
+}
+
+// With nothing queued, a node's redrive poll reads the count of pushes
+// and lists no queue, but for its full listing every 40 polls.
+func TestAnIdleNodeListsNoRedriveQueueBetweenItsFullPolls(t *testing.T) {
+	topic := testutil.UniqueTopic("redrive-idle")
+	brokers := testutil.Kfake(t, 2, topic)
+	rdb := testutil.StartRedis(t).Client()
+	dq, err := deadletter.NewQueue(rdb, deadletter.QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	q := &countingQueue{Queue: dq}
+	sink := testutil.StartSink(t)
+	var subs []*subscription.Subscription
+	for i := range 5 {
+		subs = append(subs, newSub(fmt.Sprintf("rdi%d-%s", i, topic), topic, sink.URL, subscription.OrderKey, 4))
+	}
+	h := startNode(t, brokers, rdb, subs, func(c *dispatcher.Config) {
+		c.Redrives = q
+		c.RedriveInterval = 10 * time.Millisecond
+	})
+	defer h.stop(t)
+	claimedOwned(t, h, 2*len(subs))
+	l0, v0 := q.counts()
+	time.Sleep(time.Second)
+	l1, v1 := q.counts()
+	polls, listings := v1-v0, l1-l0
+	if polls < 10 {
+		t.Fatalf("%d polls in a second of 10ms intervals", polls)
+	}
+	if max := polls/40 + 1; listings > max {
+		t.Fatalf("%d listings of the redrive queues in %d polls with nothing queued; want at most %d (the full ones)", listings, polls, max)
+	}
+}
+
+// A redrive queued through another node (its API, its own client) is
+// delivered long before the next full listing: the count of pushes moved.
+func TestARedriveQueuedThroughAnotherNodeIsDeliveredAtTheNextPoll(t *testing.T) {
+	topic := testutil.UniqueTopic("redrive-other")
+	brokers := testutil.Kfake(t, 1, topic)
+	r := testutil.StartRedis(t)
+	rdb := r.Client()
+	sink := testutil.StartSink(t)
+	a := newSub("rdo-"+topic, topic, sink.URL, subscription.OrderKey, 4)
+	mine, err := deadletter.NewQueue(rdb, deadletter.QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A poll a second: the next full listing is 40 s away.
+	h := startNode(t, brokers, rdb, []*subscription.Subscription{a}, func(c *dispatcher.Config) {
+		c.Redrives = mine
+		c.RedriveInterval = time.Second
+	})
+	defer h.stop(t)
+	claimedOwned(t, h, 1)
+	time.Sleep(1500 * time.Millisecond) // past the first, full, poll
+	other, err := deadletter.NewQueue(r.Client(), deadletter.QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := deadletter.Redrive{DeliveryID: "dlv_other", Topic: topic, Partition: 0, Offset: 0, Key: []byte("k"), Value: []byte("v")}
+	if err := other.Push(context.Background(), a.ID, []deadletter.Redrive{rd}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the redrive delivered", func() bool {
+		for _, d := range sink.Deliveries() {
+			if d.ID == "dlv_other" {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -12,11 +12,15 @@ import (
 
 // RedriveQueue holds redriven dead letters until the owner of their
 // source partition has sent them; deadletter.Queue implements it.
-// QueuedMany lists the partitions with redrives queued of each of many
-// subscriptions, in one round trip (the node polls once for all); Next
+// QueuedVersion returns the count of pushes, which moves after every
+// redrive queued on any node; QueuedMany lists the partitions with
+// redrives queued of each of many subscriptions, in one round trip (the
+// node polls once for all, and lists again only when the count moved);
+// Next
 // returns up to n of one partition's, oldest first, leaving them queued;
 // Done takes one out.
 type RedriveQueue interface {
+	QueuedVersion(ctx context.Context) (string, error)
 	QueuedMany(ctx context.Context, subscriptions []string) (map[string][]deadletter.Source, error)
 	Next(ctx context.Context, subscription, topic string, partition int32, n int) ([]deadletter.Redrive, error)
 	Done(ctx context.Context, r deadletter.Redrive) error
@@ -92,6 +96,22 @@ func (r *redriver) poll(ctx context.Context, sources []deadletter.Source) {
 		}
 		r.take(ctx, w, rs)
 	}
+}
+
+// idle reports whether the redriver holds nothing taken: a poll with
+// nothing queued would do nothing, and the node's loop skips it.
+func (r *redriver) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.entries) > 0 {
+		return false
+	}
+	for _, taken := range r.taken {
+		if len(taken) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // take injects into w the redrives of rs it has not taken yet, retries

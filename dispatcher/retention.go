@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -57,16 +58,15 @@ func retentionMargin(retention time.Duration) time.Duration {
 	return min(retention/4, 6*time.Hour)
 }
 
-// readRetention reads retention.ms of every topic of the subscription;
-// a topic without time-based retention (-1) or whose config cannot be
-// read is left out, and the guard does not act on it.
-func (g *group) readRetention(ctx context.Context) {
+// readRetention reads retention.ms of topics, in one request; a topic
+// without time-based retention (-1) or whose config cannot be read is
+// left out, and the guard does not act on it.
+func readRetention(ctx context.Context, cl *kgo.Client, topics []string) (map[string]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rcs, err := kadm.NewClient(g.client()).DescribeTopicConfigs(ctx, g.sub.Topics...)
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topics...)
 	if err != nil {
-		g.log.Warn("cannot read the topics' retention; the retention guard waits", "err", err)
-		return
+		return nil, err
 	}
 	out := make(map[string]time.Duration, len(rcs))
 	for _, rc := range rcs {
@@ -82,6 +82,50 @@ func (g *group) readRetention(ctx context.Context) {
 			}
 		}
 	}
+	return out, nil
+}
+
+// learnTopics takes what the node's topics loop read of the
+// subscription's topics: their partition count, and their retention when
+// it changed.
+func (g *group) learnTopics(topics map[string]*topicInfo) {
+	n, known, with := 0, false, 0
+	old := g.retention.Load()
+	same := old != nil
+	for _, name := range g.sub.Topics {
+		ti := topics[name]
+		if ti == nil {
+			continue
+		}
+		known = true
+		n += ti.partitions
+		if ti.retention > 0 {
+			with++
+		}
+		if same {
+			was, had := (*old)[name]
+			same = had == (ti.retention > 0) && was == ti.retention
+		}
+	}
+	if n > 0 {
+		g.topicPartitions.Store(int64(n))
+	}
+	// Nothing known yet: the guard waits for a read that succeeds.
+	if !known || same && len(*old) == with {
+		return
+	}
+	out := make(map[string]time.Duration, with)
+	for _, name := range g.sub.Topics {
+		if ti := topics[name]; ti != nil && ti.retention > 0 {
+			out[name] = ti.retention
+		}
+	}
+	g.setRetention(out)
+}
+
+// setRetention stores the topics' retention, and has the partitions'
+// guards learn of a change.
+func (g *group) setRetention(out map[string]time.Duration) {
 	old := g.retention.Swap(&out)
 	if old != nil && maps.Equal(*old, out) {
 		return

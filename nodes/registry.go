@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -87,7 +88,8 @@ type Config struct {
 	// does not make a node vanish. Default 10s.
 	LiveFor time.Duration
 	// PruneAfter is how long after its last heartbeat a node's entry is
-	// deleted by the other nodes' Run. Default 1h.
+	// deleted by the other nodes' Run (give or take the tenth of it, at
+	// most a minute, between two prunes). Default 1h.
 	PruneAfter time.Duration
 	// Logger receives heartbeat failures (one line when heartbeats start
 	// failing, one when they recover). Default slog.Default().
@@ -178,8 +180,10 @@ return 0
 // with Owned set from owned (nil means none) and HeartbeatAt from the
 // clock, then removes self's entry and returns nil. The first heartbeat
 // is immediate. Redis failures are logged and retried at the next
-// heartbeat: a registry outage must not stop a node. Every heartbeat also
-// deletes the entries of nodes silent for PruneAfter.
+// heartbeat: a registry outage must not stop a node. The first heartbeat,
+// and one every tenth of PruneAfter (at most a minute apart), also
+// deletes the entries of nodes silent for PruneAfter. The ownership is
+// encoded again only when it changed.
 func (r *Registry) Run(ctx context.Context, self Info, owned func() []Ownership) error {
 	return r.RunReporting(ctx, self, func(i *Info) {
 		if owned != nil {
@@ -203,10 +207,13 @@ func (r *Registry) RunReporting(ctx context.Context, self Info, report func(*Inf
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	failing := false
+	var owned ownedCache
+	var nextPrune time.Time
 	for {
-		err := r.heartbeat(ctx, self, report)
-		if err == nil {
+		err := r.heartbeat(ctx, self, report, &owned)
+		if now := r.cfg.Now(); err == nil && !now.Before(nextPrune) {
 			err = r.prune(ctx)
+			nextPrune = now.Add(r.cfg.pruneEvery())
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -230,7 +237,42 @@ func (r *Registry) RunReporting(ctx context.Context, self Info, report func(*Inf
 	}
 }
 
-func (r *Registry) heartbeat(ctx context.Context, self Info, report func(*Info)) error {
+// pruneEvery is how often a node prunes: entries are pruned PruneAfter
+// (an hour by default) after their last heartbeat, so reading every
+// node's entry each Interval would buy nothing; a tenth of PruneAfter, at
+// most a minute and at least an Interval, is soon enough.
+func (c Config) pruneEvery() time.Duration {
+	return max(c.Interval, min(c.PruneAfter/10, time.Minute))
+}
+
+// ownedCache is the JSON of the ownership last reported: a node owning
+// thousands of partitions encodes them again only when they changed.
+// Only Run's goroutine uses it.
+type ownedCache struct {
+	owned []Ownership
+	data  json.RawMessage
+}
+
+// encode returns owned's JSON, the cached one when owned did not change.
+func (c *ownedCache) encode(owned []Ownership) (json.RawMessage, error) {
+	if c.data != nil && slices.Equal(owned, c.owned) {
+		return c.data, nil
+	}
+	data, err := json.Marshal(owned)
+	if err != nil {
+		return nil, err
+	}
+	c.owned, c.data = owned, data
+	return data, nil
+}
+
+// wireInfo is Info as stored, with its ownership encoded ahead.
+type wireInfo struct {
+	Info
+	Owned json.RawMessage `json:"owned"`
+}
+
+func (r *Registry) heartbeat(ctx context.Context, self Info, report func(*Info), cache *ownedCache) error {
 	self.HeartbeatAt = r.cfg.Now().UTC()
 	if report != nil {
 		report(&self)
@@ -238,7 +280,11 @@ func (r *Registry) heartbeat(ctx context.Context, self Info, report func(*Info))
 	if self.Owned == nil {
 		self.Owned = []Ownership{}
 	}
-	data, err := json.Marshal(self)
+	owned, err := cache.encode(self.Owned)
+	if err != nil {
+		return fmt.Errorf("nodes: heartbeat: encode: %w", err)
+	}
+	data, err := json.Marshal(wireInfo{Info: self, Owned: owned})
 	if err != nil {
 		return fmt.Errorf("nodes: heartbeat: encode: %w", err)
 	}
@@ -248,7 +294,8 @@ func (r *Registry) heartbeat(ctx context.Context, self Info, report func(*Info))
 	return nil
 }
 
-// prune deletes entries silent for PruneAfter.
+// prune deletes entries silent for PruneAfter. It reads of each entry
+// only its heartbeat time, not the ownership that follows it.
 func (r *Registry) prune(ctx context.Context) error {
 	all, err := r.rdb.HGetAll(ctx, r.key).Result()
 	if err != nil {
@@ -256,9 +303,8 @@ func (r *Registry) prune(ctx context.Context) error {
 	}
 	cutoff := r.cfg.Now().Add(-r.cfg.PruneAfter)
 	for id, data := range all {
-		var info Info
 		// An entry that does not decode is as dead as a silent one.
-		if json.Unmarshal([]byte(data), &info) == nil && !info.HeartbeatAt.Before(cutoff) {
+		if at, ok := heartbeatAt([]byte(data)); ok && !at.Before(cutoff) {
 			continue
 		}
 		if err := pruneScript.Run(ctx, r.rdb, []string{r.key}, id, data).Err(); err != nil {
@@ -266,6 +312,34 @@ func (r *Registry) prune(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// heartbeatAt reads an entry's heartbeat_at, reading no further than it
+// (a heartbeat writes it before the ownership); false if the entry is not
+// a JSON object with one.
+func heartbeatAt(data []byte) (time.Time, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return time.Time{}, false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return time.Time{}, false
+		}
+		if tok == "heartbeat_at" {
+			var at time.Time
+			if err := dec.Decode(&at); err != nil {
+				return time.Time{}, false
+			}
+			return at, true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return time.Time{}, false
+		}
+	}
+	return time.Time{}, false
 }
 
 // List returns the live nodes, sorted by id: those whose last heartbeat

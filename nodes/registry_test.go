@@ -180,3 +180,77 @@ func TestNewNamesTheBadField(t *testing.T) {
 		t.Error("New(nil) accepted")
 	}
 }
+
+func TestRunPrunesOncePerPruneIntervalNotEveryHeartbeat(t *testing.T) {
+	rdb := testutil.StartRedis(t).Client()
+	c := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r := newRegistry(t, rdb, c) // heartbeats every 10ms, PruneAfter an hour: prunes every minute
+	cmds := testutil.CountCommands(rdb)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, Info{ID: "self"}, nil) }()
+	defer func() { cancel(); <-done }()
+
+	counts := map[string]int{}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 5s; commands %v", what, counts)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	take := func() {
+		for k, n := range cmds.Take() {
+			counts[k] += n
+		}
+	}
+	wait("20 heartbeats", func() bool { take(); return counts["hset"] >= 20 })
+	if got := counts["hgetall"]; got != 1 {
+		t.Fatalf("%d reads of every node's entry in %d heartbeats within a minute; want 1, the first heartbeat's prune", got, counts["hset"])
+	}
+	c.set(c.Now().Add(time.Minute))
+	wait("the next prune, a minute on", func() bool { take(); return counts["hgetall"] == 2 })
+}
+
+func TestOwnershipIsEncodedAgainOnlyWhenItChanged(t *testing.T) {
+	var c ownedCache
+	owned := []Ownership{{Subscription: "sub_a", Topic: "orders", Partition: 1, Claimed: true}}
+	first, err := c.encode(owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := c.encode(append([]Ownership(nil), owned...))
+	if err != nil || &same[0] != &first[0] {
+		t.Fatalf("an unchanged ownership was encoded again (%s, %v)", same, err)
+	}
+	changed, err := c.encode([]Ownership{{Subscription: "sub_a", Topic: "orders", Partition: 1}})
+	if err != nil || string(changed) != `[{"subscription":"sub_a","topic":"orders","partition":1,"claimed":false}]` {
+		t.Fatalf("a changed ownership encodes as %s, %v", changed, err)
+	}
+}
+
+func TestHeartbeatAtReadsOnlyAWellFormedEntrysTime(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		data string
+		ok   bool
+	}{
+		{`{"id":"n","version":"v","started_at":"2030-01-01T00:00:00Z","heartbeat_at":"2030-01-02T03:04:05Z","owned":[]}`, true},
+		{`{"roles":["api"],"owned":[{"subscription":"s"}],"heartbeat_at":"2030-01-02T03:04:05Z"}`, true},
+		{`{"heartbeat_at":"2030-01-02T03:04:05Z"`, true}, // the rest is not read
+		{`{`, false},
+		{``, false},
+		{`[]`, false},
+		{`{"id":"n"}`, false},
+		{`{"heartbeat_at":"yesterday"}`, false},
+		{`{"owned":[,"heartbeat_at":"2030-01-02T03:04:05Z"}`, false},
+	} {
+		got, ok := heartbeatAt([]byte(tc.data))
+		if ok != tc.ok || (ok && !got.Equal(at)) {
+			t.Errorf("heartbeatAt(%s) = %v, %v; want %v", tc.data, got, ok, tc.ok)
+		}
+	}
+}

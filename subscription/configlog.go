@@ -125,7 +125,7 @@ func (s *Store) RestoreEntry(ctx context.Context, e configlog.Entry) error {
 	if _, err := decode(e.ID, e.Data); err != nil {
 		return fmt.Errorf("subscription: restore: %w", err)
 	}
-	if err := restoreScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, e.ID, e.Version, e.Data, s.keys.SubscriptionsChanged()).Err(); err != nil {
+	if err := restoreScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionsVersion()}, e.ID, e.Version, e.Data, s.keys.SubscriptionsChanged()).Err(); err != nil {
 		return fmt.Errorf("subscription: restore %q: %w", e.ID, err)
 	}
 	return nil
@@ -135,8 +135,13 @@ func (s *Store) RestoreEntry(ctx context.Context, e configlog.Entry) error {
 // announces it, unless Redis holds it at the delete's version or above
 // (configlog.Target).
 func (s *Store) RemoveEntry(ctx context.Context, e configlog.Entry) error {
-	if err := removeScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, e.ID, e.Version, s.keys.SubscriptionsChanged()).Err(); err != nil {
+	if err := removeScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionsVersion()}, e.ID, e.Version, s.keys.SubscriptionsChanged()).Err(); err != nil {
 		return fmt.Errorf("subscription: remove %q: %w", e.ID, err)
 	}
 	return nil
 }
+
+// Mark returns the set's version, which every change the Store makes
+// moves (configlog.Marked): the config log's restorer snapshots the set
+// only when it moved.
+func (s *Store) Mark(ctx context.Context) (string, error) { return s.version(ctx) }

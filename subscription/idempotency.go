@@ -93,7 +93,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, sub *Subscription, req Ide
 				return false, fmt.Errorf("subscription: create: %w", err)
 			}
 		}
-		res, err := createIdempotentScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), recordKey},
+		res, err := createIdempotentScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), recordKey, s.keys.SubscriptionsVersion()},
 			c.ID, data, s.keys.SubscriptionsChanged(), req.Fingerprint+"\n"+string(record), s.idempotencyTTL.Milliseconds()).Slice()
 		if err != nil {
 			return false, fmt.Errorf("subscription: create: %w", err)

@@ -9,7 +9,10 @@ import (
 // Every change to the set is one script, so that storing and announcing it
 // cannot be separated: a node that hears of a change always finds it
 // stored, and a stored change is always announced (Watch's resync covers
-// the announcements Pub/Sub itself loses).
+// the announcements Pub/Sub itself loses). Each change also increments
+// the set's version (keyspace.SubscriptionsVersion), always the last of
+// the script's KEYS: a watcher reads it to tell whether to list the set
+// again.
 //
 // A script that reads a field of a subscription's JSON names it through
 // F, a Lua table that fieldsLua declares at the script's head from the
@@ -25,6 +28,7 @@ var fieldsLua = "local F = {version = " + strconv.Quote(versionField) + "}\n"
 // createScript stores a new subscription unless its id is taken.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[last]: the set's version (keyspace.SubscriptionsVersion).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the subscription JSON.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
@@ -37,6 +41,7 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
     return 0
   end
 end
+redis.call('INCR', KEYS[#KEYS])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return 1
 `)
@@ -50,6 +55,7 @@ return 1
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // KEYS[2]: the idempotency record, a STRING scoped to the caller
 // (keyspace.Idempotency).
+// KEYS[last]: the set's version (keyspace.SubscriptionsVersion).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the subscription JSON.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
@@ -71,6 +77,7 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   end
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
+redis.call('INCR', KEYS[#KEYS])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {1, ''}
 `)
@@ -80,6 +87,7 @@ return {1, ''}
 // safe (the loser gets a version mismatch, never a lost update).
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[last]: the set's version (keyspace.SubscriptionsVersion).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
 // ARGV[3]: the new subscription JSON.
@@ -99,6 +107,7 @@ if v ~= tonumber(ARGV[2]) then
   return {-1, v}
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('INCR', KEYS[#KEYS])
 redis.call('PUBLISH', ARGV[4], ARGV[1])
 return {1, v}
 `
@@ -107,6 +116,7 @@ return {1, v}
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // KEYS[2]: the deleted marker (keyspace.SubscriptionDeleted).
+// KEYS[last]: the set's version (keyspace.SubscriptionsVersion).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the change channel (keyspace.SubscriptionsChanged).
 // Result: 1 if removed and published, 0 if there was no such id (nothing
@@ -116,6 +126,7 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('SET', KEYS[2], '1', 'EX', 60)
+redis.call('INCR', KEYS[#KEYS])
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return 1
 `)
@@ -125,6 +136,7 @@ return 1
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
 // KEYS[2]: the deleted marker (keyspace.SubscriptionDeleted).
+// KEYS[last]: the set's version (keyspace.SubscriptionsVersion).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the expected stored version.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
@@ -144,6 +156,7 @@ if v ~= tonumber(ARGV[2]) then
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], '1', 'EX', 60)
+redis.call('INCR', KEYS[#KEYS])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {1, v}
 `
@@ -152,6 +165,7 @@ return {1, v}
 // holds it at the same version or above.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[last]: the set's version (keyspace.SubscriptionsVersion).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the version to restore.
 // ARGV[3]: the subscription JSON.
@@ -164,6 +178,7 @@ if cur and cjson.decode(cur)[F.version] >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('INCR', KEYS[#KEYS])
 redis.call('PUBLISH', ARGV[4], ARGV[1])
 return 1
 `)
@@ -172,6 +187,7 @@ return 1
 // holds it at the delete's version or above.
 //
 // KEYS[1]: the subscriptions hash (keyspace.Subscriptions).
+// KEYS[last]: the set's version (keyspace.SubscriptionsVersion).
 // ARGV[1]: the subscription id.
 // ARGV[2]: the delete's version.
 // ARGV[3]: the change channel (keyspace.SubscriptionsChanged).
@@ -182,6 +198,7 @@ if not cur or cjson.decode(cur)[F.version] >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('INCR', KEYS[#KEYS])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return 1
 `)

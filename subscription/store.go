@@ -143,7 +143,7 @@ func (s *Store) Create(ctx context.Context, sub *Subscription) error {
 		if err := s.logPut(ctx, id, sub.Version, data); err != nil {
 			return fmt.Errorf("subscription: create: %w", err)
 		}
-		stored, err := createScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions()}, id, data, s.keys.SubscriptionsChanged()).Int()
+		stored, err := createScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionsVersion()}, id, data, s.keys.SubscriptionsChanged()).Int()
 		if err != nil {
 			return fmt.Errorf("subscription: create: %w", err)
 		}
@@ -211,6 +211,11 @@ func (s *Store) List(ctx context.Context) ([]*Subscription, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscription: list: %w", err)
 	}
+	return decodeAll(all)
+}
+
+// decodeAll decodes a HGETALL of the subscriptions hash, oldest first.
+func decodeAll(all map[string]string) ([]*Subscription, error) {
 	subs := make([]*Subscription, 0, len(all))
 	for id, data := range all {
 		sub, err := decode(id, []byte(data))
@@ -235,7 +240,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if s.log != nil {
 		return s.deleteLogged(ctx, id, AnyVersion)
 	}
-	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id)}, id, s.keys.SubscriptionsChanged()).Int()
+	removed, err := deleteScript.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id), s.keys.SubscriptionsVersion()}, id, s.keys.SubscriptionsChanged()).Int()
 	if err != nil {
 		return fmt.Errorf("subscription: delete %q: %w", id, err)
 	}

@@ -203,7 +203,7 @@ func (s *Store) runVersioned(ctx context.Context, script *redis.Script, id strin
 		args = append(args, data)
 	}
 	args = append(args, s.keys.SubscriptionsChanged())
-	res, err := script.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id)}, args...).Int64Slice()
+	res, err := script.Run(ctx, s.rdb, []string{s.keys.Subscriptions(), s.keys.SubscriptionDeleted(id), s.keys.SubscriptionsVersion()}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -3,6 +3,7 @@ package subscription
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -12,6 +13,11 @@ import (
 
 // DefaultResync is the resync interval Watch uses when given 0.
 const DefaultResync = time.Second
+
+// fullResyncEvery is how many resyncs pass between two that list the set
+// whatever its version says: the safety net for a change made without the
+// Store's scripts (30 s at the default interval).
+const fullResyncEvery = 30
 
 // Retry pacing while Redis is unreachable: short enough that a restarted
 // Redis is noticed quickly, capped so that a long outage costs little.
@@ -24,15 +30,21 @@ const (
 // returns it): once subscribed to the change feed at start, after every
 // change announced on it, whenever the feed reconnects, and at least every
 // resync interval (DefaultResync when resync is 0). The periodic resync is
-// what makes the feed dependable: a lost Pub/Sub message, a change made
-// behind the store's back, or a Redis restart that lost data is healed
-// within one interval. fn may therefore be called with an unchanged set and
-// must treat each call as the whole truth, not as a delta.
+// what makes the feed dependable: a lost Pub/Sub message or a Redis
+// restart that lost data is healed within one interval. It costs one GET
+// of the set's version (keyspace.SubscriptionsVersion), which every change
+// the Store makes increments; the set is listed and decoded again only
+// when the version moved, and every fullResyncEvery resyncs whatever it
+// says, which heals a change made behind the store's back. fn may
+// therefore be called with an unchanged set and must treat each call as
+// the whole truth, not as a delta; when the version did not move, fn is
+// given the values of its previous call again, so it must not change
+// them.
 //
 // fn is called from Watch's goroutine only, one call at a time; a slow fn
 // delays the next call and does not pile calls up. While Redis is
 // unreachable Watch logs nothing and retries with a short backoff (at most
-// a second apart); fn is not called until a list succeeds again. Watch
+// a second apart); fn is not called until a read succeeds again. Watch
 // returns nil when ctx ends, after its last fn call has returned.
 func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subscription)) error {
 	if fn == nil {
@@ -58,11 +70,35 @@ func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subs
 	// interval: the first call comes from the subscription confirmation,
 	// which arrives at once when Redis is up.
 	due := time.Now().Add(resync)
-	refresh := func() bool {
-		subs, err := s.List(ctx)
+	// The set last listed, at version; fullDue is when the next resync
+	// lists it whatever the version says.
+	var (
+		last    []*Subscription
+		version string
+		listed  bool
+		fullDue time.Time
+	)
+	// refresh calls fn with the current set; a resync (force false) lists
+	// it only when its version moved or a full resync is due, a change or
+	// a (re)subscription always.
+	refresh := func(force bool) bool {
+		now := time.Now()
+		if !force && listed && now.Before(fullDue) {
+			v, err := s.version(ctx)
+			if err != nil {
+				return false
+			}
+			if v == version {
+				fn(last)
+				due = time.Now().Add(resync)
+				return true
+			}
+		}
+		v, subs, err := s.listVersioned(ctx)
 		if err != nil {
 			return false
 		}
+		last, version, listed, fullDue = subs, v, true, now.Add(fullResyncEvery*resync)
 		fn(subs)
 		due = time.Now().Add(resync)
 		return true
@@ -79,13 +115,13 @@ func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subs
 			}
 			// A *Message is a change; a *Subscription confirms a
 			// (re)subscription, before which changes may have been missed.
-			if !refresh() {
+			if !refresh(true) {
 				sleep(ctx, retry.NextBackOff())
 				continue
 			}
 			retry.Reset()
 		case isTimeout(err):
-			if !refresh() {
+			if !refresh(false) {
 				sleep(ctx, retry.NextBackOff())
 				continue
 			}
@@ -102,12 +138,52 @@ func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subs
 				return nil
 			}
 			if !time.Now().Before(due) {
-				refresh()
+				refresh(false)
 			}
 			sleep(ctx, retry.NextBackOff())
 		}
 	}
 	return nil
+}
+
+// version reads the set's version; "" when no change ever set it.
+func (s *Store) version(ctx context.Context) (string, error) {
+	v, err := s.rdb.Get(ctx, s.keys.SubscriptionsVersion()).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("subscription: read the version: %w", err)
+	}
+	return v, nil
+}
+
+// listVersioned is List with the set's version read just before it, in
+// one round trip: a change between the two shows as a version that moved
+// at the next read, never as a change missed.
+func (s *Store) listVersioned(ctx context.Context) (string, []*Subscription, error) {
+	var get *redis.StringCmd
+	var all *redis.MapStringStringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, s.keys.SubscriptionsVersion())
+		all = p.HGetAll(ctx, s.keys.Subscriptions())
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", nil, fmt.Errorf("subscription: list: %w", err)
+	}
+	v, err := get.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", nil, fmt.Errorf("subscription: list: %w", err)
+	}
+	if err := all.Err(); err != nil {
+		return "", nil, fmt.Errorf("subscription: list: %w", err)
+	}
+	subs, err := decodeAll(all.Val())
+	if err != nil {
+		return "", nil, err
+	}
+	return v, subs, nil
 }
 
 func isTimeout(err error) bool {

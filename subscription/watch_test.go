@@ -2,7 +2,9 @@ package subscription
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,20 +107,101 @@ func TestWatchSeesChangesFromAnotherStoreThroughTheFeed(t *testing.T) {
 	waitForIDs(t, ids, []string{}, 2*time.Second)
 }
 
-func TestWatchResyncHealsChangesMadeWithoutAnnouncement(t *testing.T) {
+func TestWatchFullResyncHealsChangesMadeBehindTheStoresBack(t *testing.T) {
 	r := testutil.StartRedis(t)
 	rdb := r.Client()
 	store := newStore(t, rdb, Config{})
 	a := createSub(t, store, "a")
 
-	ids := watchIDs(t, store, 100*time.Millisecond)
+	// Every 30th resync lists the set whatever its version says.
+	ids := watchIDs(t, store, 20*time.Millisecond)
 	waitForIDs(t, ids, []string{a.ID}, 2*time.Second)
 
-	// Removed behind the store's back: no message is ever published.
+	// Removed behind the store's back: no message is ever published and
+	// the version does not move.
 	if err := rdb.HDel(context.Background(), "keyhook:subscriptions", a.ID).Err(); err != nil {
 		t.Fatalf("HDEL: %v", err)
 	}
-	waitForIDs(t, ids, []string{}, 2*time.Second)
+	waitForIDs(t, ids, []string{}, 5*time.Second)
+}
+
+func TestWatchResyncSeesAChangeWhoseMessageWasLost(t *testing.T) {
+	r := testutil.StartRedis(t)
+	rdb := r.Client()
+	store := newStore(t, rdb, Config{})
+	a := createSub(t, store, "a")
+
+	// A full resync (every 30th, 30 s) cannot come within the wait below:
+	// only the version can tell the resync of the change.
+	ids := watchIDs(t, store, time.Second)
+	waitForIDs(t, ids, []string{a.ID}, 2*time.Second)
+
+	// What a store's script writes, without the message it publishes.
+	b := &Subscription{ID: "sub_bbbbbbbbbbbbbbbbbbbb", Name: "b", Topics: []string{"orders"}, Endpoint: Endpoint{URL: "https://h.example"},
+		CreatedAt: a.CreatedAt.Add(time.Millisecond), Version: 1}
+	data, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, "keyhook:subscriptions", b.ID, data)
+		p.Incr(ctx, "keyhook:{keyhook:subscriptions}:version")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitForIDs(t, ids, []string{a.ID, b.ID}, 3*time.Second)
+}
+
+func TestWatchOfAnUnchangedSetReadsOnlyItsVersion(t *testing.T) {
+	r := testutil.StartRedis(t)
+	rdb := r.Client()
+	store := newStore(t, rdb, Config{})
+	for _, name := range []string{"a", "b", "c"} {
+		createSub(t, store, name)
+	}
+	cmds := testutil.CountCommands(rdb)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const resync = 20 * time.Millisecond
+	var mu sync.Mutex
+	calls, sizes := 0, map[int]bool{}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		_ = store.Watch(ctx, resync, func(subs []*Subscription) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			sizes[len(subs)] = true
+		})
+	}()
+	testutil.WaitFor(t, 10*time.Second, "ten calls of fn", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls >= 10
+	})
+	cancel()
+	<-done
+	took := time.Since(start)
+
+	got := cmds.Take()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 1 || !sizes[3] {
+		t.Fatalf("fn called with set sizes %v; want each call with the 3 subscriptions", sizes)
+	}
+	// The one at start, and one every 30 resyncs whatever the version.
+	if want := 1 + int(took/(30*resync)); got["hgetall"] > want {
+		t.Errorf("%d HGETALLs of the set over %d calls of fn in %v; want at most %d: an unchanged set is listed at start and every 30 resyncs only",
+			got["hgetall"], calls, took.Round(time.Millisecond), want)
+	}
+	if got["get"] < calls-1 {
+		t.Errorf("%d GETs of the version over %d calls of fn; want one per resync", got["get"], calls)
+	}
 }
 
 func TestWatchSurvivesRedisRestart(t *testing.T) {

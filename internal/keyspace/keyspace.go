@@ -115,6 +115,19 @@ func (k Keyspace) RedriveIndex(subscription string) string {
 
 // Endpoint health (package monitor).
 
+// RedrivesQueued is the STRING counting the redrives ever queued, on any
+// subscription: one GET tells the node-wide redrive poll whether it must
+// list the queues again, so that an idle node does not list them all
+// every interval:
+//
+//	<prefix>:redrives:queued
+//
+// No tag: it is written after a push, alone. It is apart from the
+// "<prefix>:redrive:" keys, which are each subscription's.
+func (k Keyspace) RedrivesQueued() string {
+	return k.prefix() + ":redrives:queued"
+}
+
 // FailingStreak is the HASH of one subscription's failing streak, shared
 // by every node: "since" is the first failure (Unix milliseconds) after
 // the last success, absent when the endpoint is not failing; "ok" is the
@@ -235,6 +248,17 @@ func (k Keyspace) Idempotency(caller, key string) string {
 // ACL user limited to "<prefix>:*" may write it.
 func (k Keyspace) SubscriptionDeleted(id string) string {
 	return k.prefix() + ":{" + k.Subscriptions() + "}:deleted:" + id
+}
+
+// SubscriptionsVersion is the STRING counting the changes to the
+// subscription set: every script that changes the set increments it, so
+// one GET tells a watcher whether the set changed since it last read it:
+//
+//	<prefix>:{<prefix>:subscriptions}:version
+//
+// The tag is the Subscriptions key's name, so the scripts touch one slot.
+func (k Keyspace) SubscriptionsVersion() string {
+	return k.prefix() + ":{" + k.Subscriptions() + "}:version"
 }
 
 // API tokens (package auth).

@@ -60,7 +60,7 @@ func tag(key string) string {
 func TestKeysTouchedTogetherShareASlot(t *testing.T) {
 	k := Keyspace{Prefix: "kh"}
 	for _, group := range [][]string{
-		{k.Subscriptions(), k.Idempotency("ops", "k1"), k.Idempotency("ci", "k2"), k.SubscriptionDeleted("sub_x")},
+		{k.Subscriptions(), k.Idempotency("ops", "k1"), k.Idempotency("ci", "k2"), k.SubscriptionDeleted("sub_x"), k.SubscriptionsVersion()},
 		{k.Tokens(), k.TokenNames(), k.TokenLastUsed()},
 		{k.RedriveIndex("s"), k.RedriveQueue("s", "t", 0), k.RedriveQueue("s", "u", 7)},
 		{k.DeliveryRecent("s"), k.DeliveryFailed("s"), k.DeliveryAttempts("s", "dlv_1"), k.DeliveryAttemptsPrefix("s") + "dlv_2"},

@@ -33,7 +33,7 @@ type mailbox struct {
 
 	// wake has room for one signal: mail came since the loop last looked.
 	wake chan struct{}
-	// onWake starts the loop if it sleeps (worker.kick); nil in a zero
+	// onWake starts the loop if it sleeps (dormant.kick); nil in a zero
 	// mailbox.
 	onWake func()
 }

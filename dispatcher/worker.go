@@ -36,7 +36,7 @@ type record = partition.Entry[*kgo.Record]
 //
 // The loop has a goroutine only while it has something to do: one with
 // nothing but events to wait for (mail, its clock, the end of its
-// context) returns, and the next event starts it again (kick). A node's
+// context) returns, and the next event starts it again (dormant.go). A node's
 // idle partitions thus cost no goroutine; with a thousand subscriptions
 // they were most of its goroutines.
 type worker struct {

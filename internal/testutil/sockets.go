@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // SocketOwner returns which of pids holds the TCP socket connected from
@@ -93,4 +94,79 @@ func hexPort(addr string) int {
 		return -1
 	}
 	return int(n)
+}
+
+// SocketOwners answers SocketOwner for many sinks at once from one scan of
+// /proc: a scenario with many subscriptions opens hundreds of connections
+// in bursts, and a scan per connection (every socket of the machine, every
+// file descriptor of every node) would cost seconds of CPU each burst.
+// A lookup that misses the last scan scans again; each answer is handed
+// out once, since every connection is looked up once, when accepted, and
+// its client port may later be reused by another process.
+type SocketOwners struct {
+	mu sync.Mutex // guards the fields below and serialises scans
+	// byPorts is the inode of each socket of the last scan, by its local
+	// and remote port; byInode the pid holding each socket inode.
+	byPorts map[[2]int]string
+	byInode map[string]int
+}
+
+// Lookup returns which of pids holds the socket connected from client to
+// server, as SocketOwner does.
+func (o *SocketOwners) Lookup(client, server net.Addr, pids []int) (int, bool) {
+	cport, ok1 := portOf(client)
+	sport, ok2 := portOf(server)
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	k := [2]int{cport, sport}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for scanned := false; ; scanned = true {
+		if inode, ok := o.byPorts[k]; ok {
+			if pid, ok := o.byInode[inode]; ok {
+				delete(o.byPorts, k)
+				return pid, true
+			}
+		}
+		if scanned {
+			return 0, false
+		}
+		o.scan(pids)
+	}
+}
+
+// scan reads every TCP socket's ports and inode, and every socket inode
+// each of pids holds.
+func (o *SocketOwners) scan(pids []int) {
+	o.byPorts = make(map[[2]int]string)
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(table)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 10 || fields[0] == "sl" || fields[9] == "0" {
+				continue
+			}
+			o.byPorts[[2]int{hexPort(fields[1]), hexPort(fields[2])}] = fields[9]
+		}
+		f.Close()
+	}
+	o.byInode = make(map[string]int)
+	for _, pid := range pids {
+		dir := fmt.Sprintf("/proc/%d/fd", pid)
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			l, err := os.Readlink(filepath.Join(dir, fd.Name()))
+			if inode, ok := strings.CutPrefix(l, "socket:["); err == nil && ok {
+				o.byInode[strings.TrimSuffix(inode, "]")] = pid
+			}
+		}
+	}
 }

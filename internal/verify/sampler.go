@@ -59,13 +59,17 @@ func (s *CommitSampler) poll(ctx context.Context) {
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	offs, err := s.adm.FetchOffsets(fctx, s.group)
-	at := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.polls++
 	if err == nil {
 		err = offs.Error()
 	}
+	s.record(offs, err, time.Now())
+}
+
+// record keeps what one fetch of the group's commits returned at at.
+func (s *CommitSampler) record(offs kadm.OffsetResponses, err error, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.polls++
 	if err != nil {
 		s.failures++ // the broker restarting or the coordinator loading
 		return
@@ -86,6 +90,61 @@ func (s *CommitSampler) poll(ctx context.Context) {
 			}
 		}
 		s.samples[p] = append(prev, CommitSample{At: at, Offset: o.At})
+	}
+}
+
+// CommitSamplers samples many groups' commits of one topic with one
+// request per poll (per coordinator): a test with fifty subscriptions would
+// otherwise send the broker a thousand fetches a second.
+type CommitSamplers struct {
+	adm    *kadm.Client
+	groups []string
+	// byGroup is fixed at construction; each sampler guards its own
+	// samples.
+	byGroup map[string]*CommitSampler
+}
+
+// NewCommitSamplers samples each of groups' commits of topic's partitions
+// [0, partitions) once Run runs.
+func NewCommitSamplers(adm *kadm.Client, groups []string, topic string, partitions int32) *CommitSamplers {
+	m := &CommitSamplers{adm: adm, groups: groups, byGroup: make(map[string]*CommitSampler, len(groups))}
+	for _, g := range groups {
+		m.byGroup[g] = NewCommitSampler(adm, g, topic, partitions)
+	}
+	return m
+}
+
+// For returns group's sampler (nil for a group not sampled).
+func (m *CommitSamplers) For(group string) *CommitSampler { return m.byGroup[group] }
+
+// Run polls every SampleInterval until ctx ends.
+func (m *CommitSamplers) Run(ctx context.Context) {
+	tick := time.NewTicker(SampleInterval)
+	defer tick.Stop()
+	for {
+		m.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (m *CommitSamplers) poll(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	fetched := m.adm.FetchManyOffsets(fctx, m.groups...)
+	at := time.Now()
+	for _, g := range m.groups {
+		r, ok := fetched[g]
+		err := r.Err
+		if !ok {
+			err = fmt.Errorf("group %s not in the response", g)
+		} else if err == nil {
+			err = r.Fetched.Error()
+		}
+		m.byGroup[g].record(r.Fetched, err, at)
 	}
 }
 

@@ -13,7 +13,9 @@
 // on a topic of its own, of 12 partitions unless the scenario asks for
 // fewer (the key-range sharing scenarios of sharing_test.go run several
 // nodes on one partition, the parking scenario of parking_test.go one node
-// per partition of two) — injects its fault, and ends with the
+// per partition of two, the shared read's scenarios 50 subscriptions on
+// 6 partitions, each with a sink of its own and verified apart) — injects
+// its fault, and ends with the
 // verifier (package internal/verify, shared with test/conformance), which
 // checks that nothing was lost, per-key order held, the commit never moved
 // backwards nor passed an offset that was not acked, dead-lettered or a
@@ -24,7 +26,10 @@
 // killed or stopped node count apart, within the bound). Each prints one
 // line:
 //
-//	scenario=<name> records=N lost=0 duplicates=D (bound B) max_commit_overshoot=0 key_overlaps=0 (after a failure F) wall=12.3s
+//	scenario=<name> subscriptions=S records=N lost=0 duplicates=D (bound B) max_commit_overshoot=0 key_overlaps=0 (after a failure F) wall=12.3s
+//
+// With several subscriptions the line sums over them (records is the
+// fewest any one had) and a line per subscription follows.
 //
 // To run them alone:
 //

@@ -66,7 +66,11 @@ type clusterConfig struct {
 	// key, when set, names record seq's key instead of "key-<seq mod
 	// keys>": a scenario that needs a few keys heavier than the rest.
 	key func(seq int64) string
-	// maxInFlight is the subscription's MaxInFlight (default 64).
+	// subscriptions is how many subscriptions read the topic (default 1),
+	// each with a sink, a group and a bound of its own, verified apart:
+	// with the shared read they are cursors over one read.
+	subscriptions int
+	// maxInFlight is each subscription's MaxInFlight (default 64).
 	maxInFlight int
 	// latency and status configure the sink; they are set before the sink
 	// serves and must be safe for concurrent use (read shared state through
@@ -81,9 +85,9 @@ type clusterConfig struct {
 }
 
 // cluster is one scenario's world: N keyhook processes sharing one real
-// Redis, one sink and one subscription on a topic of the scenario's own, on a
-// real Kafka broker. It owns a commit sampler and an in-flight monitor that
-// run for the whole scenario.
+// Redis, and one or more subscriptions, each with a sink of its own, on a
+// topic of the scenario's own, on a real Kafka broker. It owns a commit
+// sampler and an in-flight monitor that run for the whole scenario.
 type cluster struct {
 	t       *testing.T
 	name    string
@@ -97,10 +101,17 @@ type cluster struct {
 	redis   *testutil.Redis
 	rdb     *redis.Client
 	tracker *tracking.Store
-	sink    *testutil.Sink
-	sub     *subscription.Subscription
-	adm     *kadm.Client
-	flags   []string
+	// subs and sinks are the scenario's subscriptions and their sinks, in
+	// the same order; sub and sink are the first of them, which scenarios
+	// of one subscription use.
+	subs  []*subscription.Subscription
+	sinks []*testutil.Sink
+	sub   *subscription.Subscription
+	sink  *testutil.Sink
+	adm   *kadm.Client
+	flags []string
+	// sockets resolves, for every sink, which node opened a connection.
+	sockets testutil.SocketOwners
 
 	// slots holds the current process of each node slot; incarnation
 	// counts its restarts so every process gets a name of its own.
@@ -112,6 +123,8 @@ type cluster struct {
 	// every process ever started, for the logs kept on failure.
 	procs []*testutil.Process
 
+	samplers *verify.CommitSamplers
+	// sampler is the first subscription's; the monitor watches its sink.
 	sampler  *verify.CommitSampler
 	inflight *inflightMonitor
 	bg       sync.WaitGroup
@@ -124,8 +137,9 @@ type cluster struct {
 	// expected are the sequence numbers producers got acknowledged as
 	// committed data: the log must hold exactly these.
 	expected map[int64]bool
-	// bound is the number of duplicates the scenario's failures allow.
-	bound      int
+	// bounds are the duplicates the scenario's failures allow each
+	// subscription, in the order of subs.
+	bounds     []int
 	boundNotes []string
 }
 
@@ -142,6 +156,9 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	}
 	if cfg.partitions == 0 {
 		cfg.partitions = faultPartitions
+	}
+	if cfg.subscriptions == 0 {
+		cfg.subscriptions = 1
 	}
 	if cfg.maxInFlight == 0 {
 		cfg.maxInFlight = 64
@@ -165,6 +182,7 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 		topic:    fmt.Sprintf("faults-%s-%d", name, time.Now().UnixNano()),
 		expected: make(map[int64]bool),
 		failed:   make(map[string]bool),
+		bounds:   make([]int, cfg.subscriptions),
 	}
 	t.Logf("scenario %s: topic %s, random seed %d (%s replays its choices)", name, c.topic, seed, seedEnv)
 	c.dlq = c.topic + ".keyhook.dlq"
@@ -184,27 +202,34 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	c.tracker = tr
 	c.keepLogsOnFailure()
 
-	c.sink = testutil.StartSink(t)
-	c.sink.Latency = cfg.latency
-	c.sink.Status = cfg.status
-	c.sink.RetryAfter = cfg.retryAfter
-	c.sink.SetOrigin(c.origin)
-
-	c.sub = &subscription.Subscription{
-		Name:        name,
-		Topics:      []string{c.topic},
-		Endpoint:    subscription.Endpoint{URL: c.sink.URL},
-		MaxInFlight: cfg.maxInFlight,
-		Ordering:    subscription.OrderKey,
-		Retry:       cfg.retry,
-	}
 	subs, err := subscription.New(c.rdb, subscription.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := subs.Create(context.Background(), c.sub); err != nil {
-		t.Fatalf("create subscription: %v", err)
+	for i := range cfg.subscriptions {
+		sink := testutil.StartSink(t)
+		sink.Latency = cfg.latency
+		sink.Status = cfg.status
+		sink.RetryAfter = cfg.retryAfter
+		sink.SetOrigin(c.origin)
+		sub := &subscription.Subscription{
+			Name:        name,
+			Topics:      []string{c.topic},
+			Endpoint:    subscription.Endpoint{URL: sink.URL},
+			MaxInFlight: cfg.maxInFlight,
+			Ordering:    subscription.OrderKey,
+			Retry:       cfg.retry,
+		}
+		if cfg.subscriptions > 1 {
+			sub.Name = fmt.Sprintf("%s-%d", name, i)
+		}
+		if err := subs.Create(context.Background(), sub); err != nil {
+			t.Fatalf("create subscription: %v", err)
+		}
+		c.subs = append(c.subs, sub)
+		c.sinks = append(c.sinks, sink)
 	}
+	c.sub, c.sink = c.subs[0], c.sinks[0]
 	c.adm = kadm.NewClient(newClient(t, brokers))
 	c.flags = []string{
 		"--kafka-brokers", strings.Join(brokers, ","),
@@ -220,12 +245,17 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopBG = cancel
 	t.Cleanup(c.stopBackground)
-	c.sampler = verify.NewCommitSampler(c.adm, c.sub.GroupID(), c.topic, int32(cfg.partitions))
+	groups := make([]string, len(c.subs))
+	for i, sub := range c.subs {
+		groups[i] = sub.GroupID()
+	}
+	c.samplers = verify.NewCommitSamplers(c.adm, groups, c.topic, int32(cfg.partitions))
+	c.sampler = c.samplers.For(c.sub.GroupID())
 	c.inflight = &inflightMonitor{sink: c.sink}
 	c.bg.Add(2)
 	go func() {
 		defer c.bg.Done()
-		c.sampler.Run(ctx)
+		c.samplers.Run(ctx)
 	}()
 	go func() {
 		defer c.bg.Done()
@@ -307,23 +337,29 @@ func (c *cluster) origin(client, server net.Addr) string {
 			pids = append(pids, p.Pid())
 		}
 	}
-	pid, ok := testutil.SocketOwner(client, server, pids)
+	pid, ok := c.sockets.Lookup(client, server, pids)
 	if !ok {
-		return ""
+		return goneOrigin
 	}
 	for _, p := range procs {
 		if p.Pid() == pid {
 			return p.Name
 		}
 	}
-	return ""
+	return goneOrigin
 }
+
+// goneOrigin names the sender of a connection whose socket no process
+// held any more when the sink accepted it: a node killed just after it
+// connected (a node that exits gracefully drains its requests first).
+const goneOrigin = "a node gone before its connection was accepted"
 
 // markFailed records that p was killed or stopped.
 func (c *cluster) markFailed(p *testutil.Process) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.failed[p.Name] = true
+	c.failed[goneOrigin] = true
 }
 
 // live returns the slots whose process runs.
@@ -338,20 +374,51 @@ func (c *cluster) live() []int {
 }
 
 // kill ends slot's process with SIGKILL and adds the duplicates the kill
-// may cause to the scenario's bound: the sink's in-flight requests at the
-// kill plus the requests it completed just before (acks not yet flushed).
+// may cause to each subscription's bound: its sink's in-flight requests at
+// the kill plus the requests it completed just before (acks not yet
+// flushed).
 func (c *cluster) kill(slot int) {
 	c.t.Helper()
 	p := c.slots[slot]
 	at := time.Now()
-	inFlight := c.sink.InFlight()
+	inFlight := c.inFlightNow()
 	c.markFailed(p)
 	p.Signal(syscall.SIGKILL)
-	unflushed := c.sink.CompletedSince(at.Add(-unflushedWindow))
+	c.addFailureBound(at, inFlight, "kill "+p.Name)
 	if !p.Wait(10 * time.Second) {
 		c.t.Fatalf("%s did not die on SIGKILL", p.Name)
 	}
-	c.addBound(inFlight+unflushed, fmt.Sprintf("kill %s: %d in flight + %d completed in the last %v", p.Name, inFlight, unflushed, unflushedWindow))
+}
+
+// inFlightNow returns each sink's requests in flight, in the order of subs.
+func (c *cluster) inFlightNow() []int {
+	out := make([]int, len(c.sinks))
+	for i, s := range c.sinks {
+		out[i] = s.InFlight()
+	}
+	return out
+}
+
+// addFailureBound adds to each subscription's bound the duplicates a node
+// failing at at may cause it: its sink's requests in flight at the failure
+// (inFlight, taken just before) plus those it completed in the
+// unflushedWindow before, whose acks the node may not have written yet.
+func (c *cluster) addFailureBound(at time.Time, inFlight []int, what string) {
+	totalIn, totalDone, most := 0, 0, 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.sinks {
+		done := s.CompletedSince(at.Add(-unflushedWindow))
+		c.bounds[i] += inFlight[i] + done
+		totalIn += inFlight[i]
+		totalDone += done
+		most = max(most, inFlight[i]+done)
+	}
+	note := fmt.Sprintf("%s: %d in flight + %d completed in the last %v", what, totalIn, totalDone, unflushedWindow)
+	if len(c.sinks) > 1 {
+		note += fmt.Sprintf(" over %d subscriptions (at most %d for one)", len(c.sinks), most)
+	}
+	c.boundNotes = append(c.boundNotes, note)
 }
 
 // terminate sends SIGTERM to slot's process (a graceful shutdown) and, with
@@ -374,18 +441,24 @@ func (c *cluster) restartGracefully(slot int) {
 	c.waitOwned(slot, time.Minute)
 }
 
+// addBound adds n duplicates to the first subscription's bound, for the
+// faults that scenarios of one subscription measure at its sink.
 func (c *cluster) addBound(n int, note string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.bound += n
+	c.bounds[0] += n
 	c.boundNotes = append(c.boundNotes, note)
 }
 
-// partitionKeys names every partition's tracking state.
-func (c *cluster) partitionKeys() []tracking.PartitionKey {
+// partitionKeys names every partition's tracking state of the first
+// subscription.
+func (c *cluster) partitionKeys() []tracking.PartitionKey { return c.partitionKeysOf(c.sub) }
+
+// partitionKeysOf names every partition's tracking state of sub.
+func (c *cluster) partitionKeysOf(sub *subscription.Subscription) []tracking.PartitionKey {
 	pks := make([]tracking.PartitionKey, c.cfg.partitions)
 	for p := range pks {
-		pks[p] = tracking.PartitionKey{Subscription: c.sub.ID, Topic: c.topic, Partition: int32(p)}
+		pks[p] = tracking.PartitionKey{Subscription: sub.ID, Topic: c.topic, Partition: int32(p)}
 	}
 	return pks
 }

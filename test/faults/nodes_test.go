@@ -24,17 +24,19 @@ func smallLatency(d *testutil.Delivery) time.Duration {
 // stay in order, the commit never passes an unacked offset, and duplicates
 // stay within what was in flight or unflushed at each kill.
 func TestFaultKill9EveryFiveSeconds(t *testing.T) {
-	testKill9EveryFiveSeconds(t, "kill9", 100_000, nil)
+	testKill9EveryFiveSeconds(t, "kill9", 100_000, 2_000, clusterConfig{latency: slowerLatency})
 }
 
-// The same with the shared read, on fewer records.
+// The same with the shared read and 50 subscriptions: each kill takes
+// every cursor of the node's partitions at once, and every subscription is
+// verified on its own.
 func TestFaultSharedReadKill9EveryFiveSeconds(t *testing.T) {
-	testKill9EveryFiveSeconds(t, "shared-read-kill9", 40_000, []string{"--shared-read"})
+	testKill9EveryFiveSeconds(t, "shared-read-kill9", sharedReadRecords, sharedReadRate, sharedRead(clusterConfig{latency: slowerLatency}))
 }
 
-func testKill9EveryFiveSeconds(t *testing.T, name string, records int, flags []string) {
-	const rate, every = 2_000, 5 * time.Second
-	c := newCluster(t, name, clusterConfig{latency: slowerLatency, flags: flags})
+func testKill9EveryFiveSeconds(t *testing.T, name string, records, rate int, cfg clusterConfig) {
+	const every = 5 * time.Second
+	c := newCluster(t, name, cfg)
 	c.startNodes()
 	prod := c.produce(records, rate)
 	kills := 0
@@ -57,17 +59,19 @@ func testKill9EveryFiveSeconds(t *testing.T, name string, records int, flags []s
 // A rolling restart with SIGTERM hands every partition over gracefully: a
 // node drains, flushes, commits and releases before it leaves, so no record
 // is delivered twice.
-func TestFaultRollingRestartIsGraceful(t *testing.T) { testRollingRestart(t, "rolling", nil) }
-
-// The same with the shared read: a reader group's graceful handover hands
-// every cursor's partitions over drained, flushed and committed.
-func TestFaultSharedReadRollingRestartIsGraceful(t *testing.T) {
-	testRollingRestart(t, "shared-read-rolling", []string{"--shared-read"})
+func TestFaultRollingRestartIsGraceful(t *testing.T) {
+	testRollingRestart(t, "rolling", 30_000, 1_000, clusterConfig{latency: slowerLatency})
 }
 
-func testRollingRestart(t *testing.T, name string, flags []string) {
-	const records, rate = 30_000, 1_000
-	c := newCluster(t, name, clusterConfig{latency: slowerLatency, flags: flags})
+// The same with the shared read and 50 subscriptions: a reader group's
+// graceful handover hands every cursor's partitions over drained, flushed
+// and committed.
+func TestFaultSharedReadRollingRestartIsGraceful(t *testing.T) {
+	testRollingRestart(t, "shared-read-rolling", sharedReadRecords, sharedReadRate, sharedRead(clusterConfig{latency: slowerLatency}))
+}
+
+func testRollingRestart(t *testing.T, name string, records, rate int, cfg clusterConfig) {
+	c := newCluster(t, name, cfg)
 	c.startNodes()
 	prod := c.produce(records, rate)
 	sleepFor(5 * time.Second)
@@ -82,15 +86,18 @@ func testRollingRestart(t *testing.T, name string, flags []string) {
 	t.Logf("  node logs: %v", c.logLines("partitions revoked", "partitions lost", "drain deadline passed", "fenced"))
 }
 
-// A cluster moves to the shared read node by node, each restarted
-// gracefully with --shared-read while records flow: a restarted node's
-// cursors wait while the nodes not restarted yet still read the
-// subscription with its own consumer group, and take over once the last
-// of them handed its partitions over. Nothing is lost or delivered twice,
-// and no key has two requests in flight at once.
+// A cluster of 50 subscriptions moves to the shared read node by node,
+// each restarted gracefully with --shared-read while records flow: a
+// restarted node's cursors wait while the nodes not restarted yet still
+// read each subscription with its own consumer group, and take over once
+// the last of them handed its partitions over. Nothing is lost or
+// delivered twice, and no key has two requests in flight at once, in any
+// subscription.
 func TestFaultRollingUpgradeToSharedRead(t *testing.T) {
-	const records, rate = 30_000, 1_000
-	c := newCluster(t, "upgrade-shared-read", clusterConfig{latency: slowerLatency})
+	records, rate := sharedReadRecords, sharedReadRate
+	cfg := sharedRead(clusterConfig{latency: slowerLatency})
+	cfg.flags = nil // today's model: a consumer group per subscription
+	c := newCluster(t, "upgrade-shared-read", cfg)
 	c.startNodes()
 	prod := c.produce(records, rate)
 	sleepFor(5 * time.Second)
@@ -109,6 +116,31 @@ func TestFaultRollingUpgradeToSharedRead(t *testing.T) {
 	t.Logf("  node logs: %v", c.logLines("cursor waits until they left", "cursor starts", "partitions released", "fenced"))
 }
 
+// The shared read's scenarios run 50 subscriptions on one topic, as a
+// platform whose functions each subscribe to the same events: each record
+// is delivered 50 times, so they produce fewer records, more slowly, on
+// fewer partitions than the scenarios of one subscription.
+const (
+	sharedReadSubscriptions = 50
+	sharedReadPartitions    = 6
+	sharedReadRecords       = 2_400
+	sharedReadRate          = 40 // records a second, 2,000 deliveries
+)
+
+// sharedRead makes cfg a cluster of the shared read's scenarios. Each
+// subscription's MaxInFlight is 8: a node keeps a connection to an
+// endpoint per request it had in flight at once, and the sinks look up
+// which process opened each connection in /proc, so 64 would mean 9,600
+// connections to scan on three nodes, and a restarted node's 3,200 new
+// ones would keep the sinks' accept loops busy for minutes.
+func sharedRead(cfg clusterConfig) clusterConfig {
+	cfg.subscriptions = sharedReadSubscriptions
+	cfg.partitions = sharedReadPartitions
+	cfg.maxInFlight = 8
+	cfg.flags = append(cfg.flags, "--shared-read")
+	return cfg
+}
+
 // slowerLatency makes the sink take 10-50ms per request: handovers then
 // have real work to drain, which widens every race between a node letting
 // go of a partition and the next one taking it.
@@ -119,9 +151,18 @@ func slowerLatency(d *testutil.Delivery) time.Duration {
 // Nodes join or leave (SIGTERM) every two seconds for a minute while records
 // flow: every handover is graceful, so nothing is delivered twice.
 func TestFaultRebalanceStorm(t *testing.T) {
-	const records, rate = 60_000, 1_000
+	testRebalanceStorm(t, "rebalance-storm", 60_000, 1_000, clusterConfig{latency: slowerLatency})
+}
+
+// The same with the shared read and 50 subscriptions: each join or leave
+// moves the reader group's partitions, and with them every cursor of each.
+func TestFaultSharedReadRebalanceStorm(t *testing.T) {
+	testRebalanceStorm(t, "shared-read-rebalance-storm", 3_000, sharedReadRate, sharedRead(clusterConfig{latency: slowerLatency}))
+}
+
+func testRebalanceStorm(t *testing.T, name string, records, rate int, cfg clusterConfig) {
 	const storm, every = time.Minute, 2 * time.Second
-	c := newCluster(t, "rebalance-storm", clusterConfig{latency: slowerLatency})
+	c := newCluster(t, name, cfg)
 	c.startNodes()
 	prod := c.produce(records, rate)
 	leaving := map[int]bool{}
@@ -171,32 +212,34 @@ type ownerSample struct {
 // commit never moves backwards nor passes an unacked offset), and, its
 // ownership lease over, it must not repeat a record the new owner
 // delivered meanwhile.
-func TestFaultZombieIsFenced(t *testing.T) { testZombieIsFenced(t, "zombie", nil) }
-
-// The same with the shared read: the zombie is a node whose reader group
-// gave its partitions away, and its cursors commit under a consumer group
-// with no member, which Kafka cannot fence. Its ownership lease and the
-// tracker's epoch must: no commit backwards or past an unacked offset, no
-// state written over the new owner's, no record repeated.
-func TestFaultSharedReadZombieIsFenced(t *testing.T) {
-	testZombieIsFenced(t, "shared-read-zombie", []string{"--shared-read"})
+func TestFaultZombieIsFenced(t *testing.T) {
+	testZombieIsFenced(t, "zombie", 30_000, 600, func(cfg clusterConfig) clusterConfig { return cfg })
 }
 
-func testZombieIsFenced(t *testing.T, name string, flags []string) {
-	const records, rate = 30_000, 600
+// The same with the shared read and 50 subscriptions: the zombie is a node
+// whose reader group gave its partitions away, and its 50 cursors commit
+// under consumer groups with no member, which Kafka cannot fence. Their
+// ownership leases and the tracker's epochs must: no commit backwards or
+// past an unacked offset, no state written over the new owner's, no
+// record repeated, in any subscription.
+func TestFaultSharedReadZombieIsFenced(t *testing.T) {
+	testZombieIsFenced(t, "shared-read-zombie", sharedReadRecords, sharedReadRate, sharedRead)
+}
+
+func testZombieIsFenced(t *testing.T, name string, records, rate int, setup func(clusterConfig) clusterConfig) {
 	const slowFor = 3 * time.Second
 	var slow atomic.Int32
 	slow.Store(-1)
-	c := newCluster(t, name, clusterConfig{flags: flags, latency: func(d *testutil.Delivery) time.Duration {
+	c := newCluster(t, name, setup(clusterConfig{latency: func(d *testutil.Delivery) time.Duration {
 		if d.Partition == slow.Load() {
 			return slowFor
 		}
 		return smallLatency(d)
-	}})
+	}}))
 	c.startNodes()
 	prod := c.produce(records, rate)
 
-	victim := int32(c.rng.IntN(faultPartitions))
+	victim := int32(c.rng.IntN(c.cfg.partitions))
 	pk := tracking.PartitionKey{Subscription: c.sub.ID, Topic: c.topic, Partition: victim}
 	var mu sync.Mutex
 	var samples []ownerSample
@@ -241,13 +284,12 @@ func testZombieIsFenced(t *testing.T, name string, flags []string) {
 		return false
 	})
 	stoppedAt := time.Now()
-	inFlight := c.sink.InFlight()
+	inFlight := c.inFlightNow()
 	// Its requests left in flight overlap the new owner's: a failure's.
 	c.markFailed(zombie)
 	zombie.Signal(syscall.SIGSTOP)
-	unflushed := c.sink.CompletedSince(stoppedAt.Add(-unflushedWindow))
-	c.addBound(inFlight+unflushed, fmt.Sprintf("SIGSTOP %s: %d in flight + %d completed in the last %v", zombie.Name, inFlight, unflushed, unflushedWindow))
-	t.Logf("  stopped %s, owner of partition %d (generation %d), for %v with %d requests in flight at the sink", zombie.Name, victim, zombieGen, 2*faultSession, inFlight)
+	c.addFailureBound(stoppedAt, inFlight, "SIGSTOP "+zombie.Name)
+	t.Logf("  stopped %s, owner of partition %d (generation %d), for %v with %d requests in flight at the sinks", zombie.Name, victim, zombieGen, 2*faultSession, sum(inFlight))
 	sleepFor(2 * faultSession)
 	slow.Store(-1)
 	zombie.Signal(syscall.SIGCONT)
@@ -277,11 +319,24 @@ func testZombieIsFenced(t *testing.T, name string, flags []string) {
 // generation is new work.
 func checkZombieStartsNothing(t *testing.T, c *cluster, zombie string, resumedAt time.Time) {
 	t.Helper()
+	for i, sink := range c.sinks {
+		what := zombie
+		if len(c.sinks) > 1 {
+			what = fmt.Sprintf("subscription %d: %s", i, zombie)
+		}
+		checkZombieRepeatsNothing(t, sink.Deliveries(), zombie, what, resumedAt)
+	}
+}
+
+// checkZombieRepeatsNothing checks one sink's deliveries for a request of
+// the zombie, started after it resumed, of a record another node had
+// already delivered.
+func checkZombieRepeatsNothing(t *testing.T, ds []testutil.Delivery, zombie, what string, resumedAt time.Time) {
+	t.Helper()
 	type rec struct {
 		tp     testutil.TP
 		offset int64
 	}
-	ds := c.sink.Deliveries()
 	delivered := make(map[rec]time.Time) // first 2xx answer by another node
 	for _, d := range ds {
 		k := rec{testutil.TP{Topic: d.Topic, Partition: d.Partition}, d.Offset}
@@ -299,7 +354,7 @@ func checkZombieStartsNothing(t *testing.T, c *cluster, zombie string, resumedAt
 		}
 	}
 	if len(late) > 0 {
-		t.Errorf("the zombie %s repeated %d records after it resumed, each already delivered by another node; first: %v", zombie, len(late), late[:min(len(late), 5)])
+		t.Errorf("the zombie %s repeated %d records after it resumed, each already delivered by another node; first: %v", what, len(late), late[:min(len(late), 5)])
 	}
 }
 
@@ -341,4 +396,12 @@ func checkZombieFenced(t *testing.T, what string, samples []ownerSample, zombie 
 func zombieLog(c *cluster, zombie *testutil.Process) map[string]int {
 	sub := &cluster{procs: []*testutil.Process{zombie}}
 	return sub.logLines("ownership not confirmed", "partitions lost", "fenced", "commit failed", "claim failed")
+}
+
+func sum(ns []int) int {
+	total := 0
+	for _, n := range ns {
+		total += n
+	}
+	return total
 }

@@ -5,61 +5,138 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/keyhook/keyhook/internal/verify"
 )
 
-// subject is what the verifier checks for this scenario: its topic, group
-// and sink, what producers were told is committed, and the duplicates its
-// failures allow so far.
-func (c *cluster) subject() verify.Subject {
+// subject is what the verifier checks for the first subscription.
+func (c *cluster) subject() verify.Subject { return c.subjectOf(0) }
+
+// subjectOf is what the verifier checks for subscription i: its topic,
+// group and sink, what producers were told is committed, and the
+// duplicates the scenario's failures allow it so far.
+func (c *cluster) subjectOf(i int) verify.Subject {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return verify.Subject{
 		Brokers: c.brokers, Adm: c.adm,
 		Topic: c.topic, Partitions: int32(c.cfg.partitions), DeadLetterTopic: c.dlq,
-		Group: c.sub.GroupID(), Sink: c.sink, Sampler: c.sampler,
+		Group: c.subs[i].GroupID(), Sink: c.sinks[i], Sampler: c.samplers.For(c.subs[i].GroupID()),
 		KeyOrder: true,
 		Expected: maps.Clone(c.expected),
-		Bound:    c.bound,
+		Bound:    c.bounds[i],
 		Failed:   maps.Clone(c.failed),
 	}
 }
 
 // finish ends a scenario: it waits until the producer's records are all
-// acked and the group's commit reached the log end of every partition,
-// stops the sampler, and verifies the guarantees (package verify). It
-// prints the scenario's summary line and returns what it found for
-// further checks.
+// acked and every subscription's commit reached the log end of every
+// partition, stops the sampler, and verifies the guarantees (package
+// verify) for each subscription apart. It prints the scenario's summary
+// line and returns what it found for further checks: with several
+// subscriptions, the sums over them (the fewest records, the largest
+// overshoot), and the first one's data and dead letters.
 func (c *cluster) finish() verify.Outcome {
 	t := c.t
 	t.Helper()
-	ends, commits, err := c.subject().WaitSettled(settleTimeout)
-	if err != nil {
-		c.reportUnsettled(err, ends, commits)
+	deadline := time.Now().Add(settleTimeout)
+	var ends map[int32]int64
+	for i := range c.subs {
+		e, commits, err := c.subjectOf(i).WaitSettled(max(time.Until(deadline), time.Second))
+		if err != nil {
+			c.reportUnsettled(i, err, e, commits)
+		}
+		if ends == nil {
+			ends = e
+		}
 	}
 	c.stopBackground()
-	o := c.subject().Check(t, ends)
-	t.Logf("scenario=%s records=%d lost=%d duplicates=%d (bound %d) max_commit_overshoot=%d key_overlaps=%d (after a failure %d) wall=%.1fs",
-		c.name, o.Records, o.Lost, o.Duplicates, o.Bound, o.Overshoot, o.Overlaps, o.FailureOverlaps, time.Since(c.started).Seconds())
+	var o verify.Outcome
+	for i := range c.subs {
+		tb := testing.TB(t)
+		if len(c.subs) > 1 {
+			tb = prefixed{t, fmt.Sprintf("subscription %d (%s): ", i, c.subs[i].Name)}
+		}
+		oi := c.subjectOf(i).Check(tb, ends)
+		if len(c.subs) > 1 {
+			t.Logf("  subscription %d: records=%d lost=%d duplicates=%d (bound %d) max_commit_overshoot=%d key_overlaps=%d (after a failure %d)",
+				i, oi.Records, oi.Lost, oi.Duplicates, oi.Bound, oi.Overshoot, oi.Overlaps, oi.FailureOverlaps)
+		}
+		if oi.Overlaps > 0 {
+			// Within the bound they pass; name them, since two live
+			// nodes with one key in flight is what a scenario looks for.
+			plain, _ := verify.ClassifyOverlaps(c.sinks[i].KeyOverlaps(), c.failedNow())
+			for _, ov := range plain[:min(len(plain), 3)] {
+				t.Logf("  subscription %d: overlap between live nodes: %v", i, ov)
+			}
+		}
+		if i == 0 {
+			o = oi
+			continue
+		}
+		o.Records = min(o.Records, oi.Records)
+		o.Lost += oi.Lost
+		o.Duplicates += oi.Duplicates
+		o.Bound += oi.Bound
+		o.Overshoot = max(o.Overshoot, oi.Overshoot)
+		o.Overlaps += oi.Overlaps
+		o.FailureOverlaps += oi.FailureOverlaps
+	}
+	t.Logf("scenario=%s subscriptions=%d records=%d lost=%d duplicates=%d (bound %d) max_commit_overshoot=%d key_overlaps=%d (after a failure %d) wall=%.1fs",
+		c.name, len(c.subs), o.Records, o.Lost, o.Duplicates, o.Bound, o.Overshoot, o.Overlaps, o.FailureOverlaps, time.Since(c.started).Seconds())
 	for _, n := range c.boundNotes {
 		t.Logf("  bound: %s", n)
 	}
-	polls, failures, observed := c.sampler.Stats()
+	polls, failures, observed := 0, 0, 0
+	for _, sub := range c.subs {
+		p, f, n := c.samplers.For(sub.GroupID()).Stats()
+		polls, failures, observed = polls+p, failures+f, observed+n
+	}
 	t.Logf("  commit sampler: %d polls (%d failed: group not yet created or broker away), %d commits observed",
 		polls, failures, observed)
 	return o
 }
 
-// reportUnsettled says where each partition stands, with its tracking
-// state, when the commits did not reach the log ends in time.
-func (c *cluster) reportUnsettled(err error, ends, commits map[int32]int64) {
+// failedNow returns the processes killed or stopped so far.
+func (c *cluster) failedNow() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.failed)
+}
+
+// prefixed names the subscription in every failure the verifier reports.
+type prefixed struct {
+	testing.TB
+	prefix string
+}
+
+func (p prefixed) Errorf(format string, args ...any) {
+	p.TB.Helper()
+	p.TB.Errorf(p.prefix+format, args...)
+}
+
+func (p prefixed) Fatalf(format string, args ...any) {
+	p.TB.Helper()
+	p.TB.Fatalf(p.prefix+format, args...)
+}
+
+func (p prefixed) Logf(format string, args ...any) {
+	p.TB.Helper()
+	p.TB.Logf(p.prefix+format, args...)
+}
+
+// reportUnsettled says where each partition of subscription i stands,
+// with its tracking state, when its commits did not reach the log ends in
+// time.
+func (c *cluster) reportUnsettled(i int, err error, ends, commits map[int32]int64) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v:", err)
-	states, _ := c.tracker.Load(context.Background(), c.partitionKeys())
+	fmt.Fprintf(&b, "subscription %d (%s): %v:", i, c.subs[i].Name, err)
+	pks := c.partitionKeysOf(c.subs[i])
+	states, _ := c.tracker.Load(context.Background(), pks)
 	for p := range int32(c.cfg.partitions) {
-		st := states[c.partitionKeys()[p]]
+		st := states[pks[p]]
 		fmt.Fprintf(&b, "\n  partition %d: commit %d, log end %d; tracking: owner %q epoch %d watermark %d fetched %d pending %d in flight %d acked %v",
 			p, commits[p], ends[p], st.Owner, st.Epoch, st.Watermark, st.Fetched, st.Pending, st.InFlight, st.AckedRanges)
 	}

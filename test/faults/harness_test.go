@@ -82,6 +82,10 @@ type clusterConfig struct {
 	retry subscription.RetryPolicy
 	// flags are more flags every node is started with.
 	flags []string
+	// unflushed is how long before a node's failure an ack may not be in
+	// Redis yet, counted into each subscription's bound (default
+	// unflushedWindow).
+	unflushed time.Duration
 }
 
 // cluster is one scenario's world: N keyhook processes sharing one real
@@ -159,6 +163,9 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 	}
 	if cfg.subscriptions == 0 {
 		cfg.subscriptions = 1
+	}
+	if cfg.unflushed == 0 {
+		cfg.unflushed = unflushedWindow
 	}
 	if cfg.maxInFlight == 0 {
 		cfg.maxInFlight = 64
@@ -402,19 +409,19 @@ func (c *cluster) inFlightNow() []int {
 // addFailureBound adds to each subscription's bound the duplicates a node
 // failing at at may cause it: its sink's requests in flight at the failure
 // (inFlight, taken just before) plus those it completed in the
-// unflushedWindow before, whose acks the node may not have written yet.
+// cfg.unflushed before, whose acks the node may not have written yet.
 func (c *cluster) addFailureBound(at time.Time, inFlight []int, what string) {
 	totalIn, totalDone, most := 0, 0, 0
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, s := range c.sinks {
-		done := s.CompletedSince(at.Add(-unflushedWindow))
+		done := s.CompletedSince(at.Add(-c.cfg.unflushed))
 		c.bounds[i] += inFlight[i] + done
 		totalIn += inFlight[i]
 		totalDone += done
 		most = max(most, inFlight[i]+done)
 	}
-	note := fmt.Sprintf("%s: %d in flight + %d completed in the last %v", what, totalIn, totalDone, unflushedWindow)
+	note := fmt.Sprintf("%s at %s: %d in flight + %d completed in the last %v", what, at.Format("15:04:05.000"), totalIn, totalDone, c.cfg.unflushed)
 	if len(c.sinks) > 1 {
 		note += fmt.Sprintf(" over %d subscriptions (at most %d for one)", len(c.sinks), most)
 	}

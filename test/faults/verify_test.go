@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/internal/verify"
 )
 
@@ -63,6 +64,11 @@ func (c *cluster) finish() verify.Outcome {
 		if len(c.subs) > 1 {
 			t.Logf("  subscription %d: records=%d lost=%d duplicates=%d (bound %d) max_commit_overshoot=%d key_overlaps=%d (after a failure %d)",
 				i, oi.Records, oi.Lost, oi.Duplicates, oi.Bound, oi.Overshoot, oi.Overlaps, oi.FailureOverlaps)
+		}
+		if oi.Duplicates > oi.Bound {
+			for _, d := range duplicated(c.sinks[i].Deliveries(), 3) {
+				t.Logf("  subscription %d: delivered twice: %s", i, d)
+			}
 		}
 		if oi.Overlaps > 0 {
 			// Within the bound they pass; name them, since two live
@@ -146,4 +152,35 @@ func (c *cluster) reportUnsettled(i int, err error, ends, commits map[int32]int6
 // logEnds returns each partition's high watermark of topic.
 func (c *cluster) logEnds(ctx context.Context, topic string) (map[int32]int64, error) {
 	return verify.LogEnds(ctx, c.adm, topic)
+}
+
+// duplicated describes up to n records acked more than once at a sink:
+// each of their requests, by whom, when.
+func duplicated(ds []testutil.Delivery, n int) []string {
+	type rec struct {
+		p   int32
+		off int64
+	}
+	by := make(map[rec][]testutil.Delivery)
+	acked := make(map[rec]int)
+	for _, d := range ds {
+		k := rec{d.Partition, d.Offset}
+		by[k] = append(by[k], d)
+		if d.Status/100 == 2 {
+			acked[k]++
+		}
+	}
+	var out []string
+	for k, ok := range acked {
+		if ok < 2 || len(out) == n {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d@%d:", k.p, k.off)
+		for _, d := range by[k] {
+			fmt.Fprintf(&b, " [%q status %d %s to %s]", d.Origin, d.Status, d.Start.Format("15:04:05.000"), d.End.Format("15:04:05.000"))
+		}
+		out = append(out, b.String())
+	}
+	return out
 }

@@ -2,13 +2,16 @@ package testutil
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // SocketOwner returns which of pids holds the TCP socket connected from
@@ -96,77 +99,129 @@ func hexPort(addr string) int {
 	return int(n)
 }
 
-// SocketOwners answers SocketOwner for many sinks at once from one scan of
-// /proc: a scenario with many subscriptions opens hundreds of connections
-// in bursts, and a scan per connection (every socket of the machine, every
-// file descriptor of every node) would cost seconds of CPU each burst.
-// A lookup that misses the last scan scans again; each answer is handed
-// out once, since every connection is looked up once, when accepted, and
-// its client port may later be reused by another process.
+// SocketOwners answers SocketOwner for many sinks at once, fast enough
+// for the accept loops that call it: a scenario with many subscriptions
+// opens hundreds of connections in bursts, and reading /proc/net/tcp per
+// connection is slow once a long suite has left thousands of sockets
+// behind (the kernel walks the whole table per read), slow enough that
+// the sinks' accept loops fell minutes behind. It asks the kernel for the
+// one socket (sock_diag over netlink, an exact lookup) and keeps which
+// process holds each socket inode from its scans of /proc/<pid>/fd,
+// scanning again, newest process first, only for an inode it has not
+// seen.
 type SocketOwners struct {
-	mu sync.Mutex // guards the fields below and serialises scans
-	// byPorts is the inode of each socket of the last scan, by its local
-	// and remote port; byInode the pid holding each socket inode.
-	byPorts map[[2]int]string
-	byInode map[string]int
+	mu sync.Mutex // guards byInode and serialises scans
+	// byInode is the pid holding each socket inode seen by a scan.
+	byInode map[uint32]int
 }
 
 // Lookup returns which of pids holds the socket connected from client to
 // server, as SocketOwner does.
 func (o *SocketOwners) Lookup(client, server net.Addr, pids []int) (int, bool) {
-	cport, ok1 := portOf(client)
-	sport, ok2 := portOf(server)
-	if !ok1 || !ok2 {
+	c, ok1 := client.(*net.TCPAddr)
+	s, ok2 := server.(*net.TCPAddr)
+	if !ok1 || !ok2 || c.IP.To4() == nil || s.IP.To4() == nil {
+		return SocketOwner(client, server, pids)
+	}
+	inode, err := socketInodeDiag(c, s)
+	if err != nil || inode == 0 {
 		return 0, false
 	}
-	k := [2]int{cport, sport}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for scanned := false; ; scanned = true {
-		if inode, ok := o.byPorts[k]; ok {
-			if pid, ok := o.byInode[inode]; ok {
-				delete(o.byPorts, k)
-				return pid, true
-			}
-		}
-		if scanned {
-			return 0, false
-		}
-		o.scan(pids)
+	if pid, ok := o.byInode[inode]; ok && slices.Contains(pids, pid) {
+		return pid, true
 	}
-}
-
-// scan reads every TCP socket's ports and inode, and every socket inode
-// each of pids holds.
-func (o *SocketOwners) scan(pids []int) {
-	o.byPorts = make(map[[2]int]string)
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		f, err := os.Open(table)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 10 || fields[0] == "sl" || fields[9] == "0" {
-				continue
-			}
-			o.byPorts[[2]int{hexPort(fields[1]), hexPort(fields[2])}] = fields[9]
-		}
-		f.Close()
+	if o.byInode == nil {
+		o.byInode = make(map[uint32]int)
 	}
-	o.byInode = make(map[string]int)
-	for _, pid := range pids {
-		dir := fmt.Sprintf("/proc/%d/fd", pid)
+	// Newest first: a new connection most likely comes from the process
+	// started last.
+	for i := len(pids) - 1; i >= 0; i-- {
+		dir := fmt.Sprintf("/proc/%d/fd", pids[i])
 		fds, err := os.ReadDir(dir)
 		if err != nil {
 			continue
 		}
+		found := false
 		for _, fd := range fds {
 			l, err := os.Readlink(filepath.Join(dir, fd.Name()))
-			if inode, ok := strings.CutPrefix(l, "socket:["); err == nil && ok {
-				o.byInode[strings.TrimSuffix(inode, "]")] = pid
+			if err != nil {
+				continue
+			}
+			if v, ok := strings.CutPrefix(l, "socket:["); ok {
+				if n, err := strconv.ParseUint(strings.TrimSuffix(v, "]"), 10, 32); err == nil {
+					o.byInode[uint32(n)] = pids[i]
+					found = found || uint32(n) == inode
+				}
+			}
+		}
+		if found {
+			return pids[i], true
+		}
+	}
+	return 0, false
+}
+
+// socketInodeDiag asks the kernel (NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY,
+// an exact lookup) for the inode of the IPv4 TCP socket whose local end
+// is local and remote end remote.
+func socketInodeDiag(local, remote *net.TCPAddr) (uint32, error) {
+	const (
+		netlinkSockDiag  = 4  // NETLINK_SOCK_DIAG
+		sockDiagByFamily = 20 // SOCK_DIAG_BY_FAMILY
+		hdrLen           = 16 // struct nlmsghdr
+		reqLen           = 56 // struct inet_diag_req_v2
+	)
+	fd, err := syscall.Socket(syscall.AF_NETLINK, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, netlinkSockDiag)
+	if err != nil {
+		return 0, err
+	}
+	defer syscall.Close(fd)
+	// A reply that never comes must not hold an accept loop forever.
+	tv := syscall.Timeval{Sec: 1}
+	if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+		return 0, err
+	}
+	msg := make([]byte, hdrLen+reqLen)
+	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
+	binary.NativeEndian.PutUint16(msg[4:], sockDiagByFamily)
+	binary.NativeEndian.PutUint16(msg[6:], syscall.NLM_F_REQUEST)
+	binary.NativeEndian.PutUint32(msg[8:], 1)
+	req := msg[hdrLen:]
+	req[0] = syscall.AF_INET
+	req[1] = syscall.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(req[4:], 0xffffffff) // every state
+	id := req[8:]                                      // struct inet_diag_sockid
+	binary.BigEndian.PutUint16(id[0:], uint16(local.Port))
+	binary.BigEndian.PutUint16(id[2:], uint16(remote.Port))
+	copy(id[4:8], local.IP.To4())
+	copy(id[20:24], remote.IP.To4())
+	binary.NativeEndian.PutUint32(id[40:], 0xffffffff) // INET_DIAG_NOCOOKIE
+	binary.NativeEndian.PutUint32(id[44:], 0xffffffff)
+	if err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 8192)
+	n, _, err := syscall.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return 0, err
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range msgs {
+		switch m.Header.Type {
+		case syscall.NLMSG_ERROR:
+			return 0, fmt.Errorf("sock_diag: socket not found")
+		case sockDiagByFamily:
+			// struct inet_diag_msg: 4 bytes, the sockid (48), expires,
+			// rqueue, wqueue, uid, then the inode.
+			if len(m.Data) >= 72 {
+				return binary.NativeEndian.Uint32(m.Data[68:]), nil
 			}
 		}
 	}
+	return 0, fmt.Errorf("sock_diag: no answer")
 }

@@ -3,12 +3,13 @@ package testutil
 import (
 	"net"
 	"os"
+	"strconv"
 	"testing"
 )
 
-// SocketOwners finds the process of every connection of a burst from one
-// scan, answers each connection once, and finds nothing among pids that
-// do not hold the socket.
+// SocketOwners finds the process of every connection (the kernel's
+// sock_diag names the same socket /proc/net/tcp does), and nothing among pids that
+// do not hold it.
 func TestSocketOwnersNamesTheProcessOfEachConnection(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,6 +29,13 @@ func TestSocketOwnersNamesTheProcessOfEachConnection(t *testing.T) {
 		}
 		defer s.Close()
 		conns = append(conns, s)
+	}
+	for i, s := range conns {
+		c, srv := s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr)
+		inode, err := socketInodeDiag(c, srv)
+		if want := socketInode("/proc/net/tcp", c.Port, srv.Port); err != nil || strconv.FormatUint(uint64(inode), 10) != want {
+			t.Errorf("connection %d: sock_diag says inode %d (%v), /proc/net/tcp %s", i, inode, err, want)
+		}
 	}
 	var owners SocketOwners
 	me := os.Getpid()

@@ -111,7 +111,9 @@ func hexPort(addr string) int {
 // seen.
 type SocketOwners struct {
 	mu sync.Mutex // guards byInode and serialises scans
-	// byInode is the pid holding each socket inode seen by a scan.
+	// byInode is the pid holding each socket inode seen by a scan; the
+	// kernel numbers socket inodes from a counter, so none is reused by
+	// another socket within a test run.
 	byInode map[uint32]int
 }
 

@@ -42,11 +42,15 @@ func NewCommitSampler(adm *kadm.Client, group, topic string, partitions int32) *
 }
 
 // Run polls every SampleInterval until ctx ends.
-func (s *CommitSampler) Run(ctx context.Context) {
+func (s *CommitSampler) Run(ctx context.Context) { pollEvery(ctx, s.poll) }
+
+// pollEvery calls poll at once and then every SampleInterval until ctx
+// ends.
+func pollEvery(ctx context.Context, poll func(context.Context)) {
 	tick := time.NewTicker(SampleInterval)
 	defer tick.Stop()
 	for {
-		s.poll(ctx)
+		poll(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -118,18 +122,7 @@ func NewCommitSamplers(adm *kadm.Client, groups []string, topic string, partitio
 func (m *CommitSamplers) For(group string) *CommitSampler { return m.byGroup[group] }
 
 // Run polls every SampleInterval until ctx ends.
-func (m *CommitSamplers) Run(ctx context.Context) {
-	tick := time.NewTicker(SampleInterval)
-	defer tick.Stop()
-	for {
-		m.poll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
+func (m *CommitSamplers) Run(ctx context.Context) { pollEvery(ctx, m.poll) }
 
 func (m *CommitSamplers) poll(ctx context.Context) {
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)

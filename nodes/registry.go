@@ -266,10 +266,28 @@ func (c *ownedCache) encode(owned []Ownership) (json.RawMessage, error) {
 	return data, nil
 }
 
-// wireInfo is Info as stored, with its ownership encoded ahead.
-type wireInfo struct {
+// wireHead is Info as stored, less its ownership, which encode appends:
+// encoding/json compacts a RawMessage again on every Marshal, which for a
+// node owning thousands of partitions was most of an idle heartbeat.
+type wireHead struct {
 	Info
-	Owned json.RawMessage `json:"owned"`
+	// Owned hides Info.Owned; nil, it is left out.
+	Owned *struct{} `json:"owned,omitempty"`
+}
+
+// encodeInfo is self as stored: its fields, then "owned" with the
+// ownership's JSON as it is.
+func encodeInfo(self Info, owned json.RawMessage) ([]byte, error) {
+	head, err := json.Marshal(wireHead{Info: self})
+	if err != nil {
+		return nil, err
+	}
+	// head is a JSON object with at least "id": drop its closing brace.
+	out := make([]byte, 0, len(head)+len(`,"owned":`)+len(owned))
+	out = append(out, head[:len(head)-1]...)
+	out = append(out, `,"owned":`...)
+	out = append(out, owned...)
+	return append(out, '}'), nil
 }
 
 func (r *Registry) heartbeat(ctx context.Context, self Info, report func(*Info), cache *ownedCache) error {
@@ -284,7 +302,7 @@ func (r *Registry) heartbeat(ctx context.Context, self Info, report func(*Info),
 	if err != nil {
 		return fmt.Errorf("nodes: heartbeat: encode: %w", err)
 	}
-	data, err := json.Marshal(wireInfo{Info: self, Owned: owned})
+	data, err := encodeInfo(self, owned)
 	if err != nil {
 		return fmt.Errorf("nodes: heartbeat: encode: %w", err)
 	}

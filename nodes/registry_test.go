@@ -232,6 +232,50 @@ func TestOwnershipIsEncodedAgainOnlyWhenItChanged(t *testing.T) {
 	}
 }
 
+// The stored entry is what encoding/json makes of Info with its ownership
+// last (after heartbeat_at, which prune reads alone), byte for byte,
+// though the ownership's JSON is spliced in as cached.
+func TestTheStoredEntryIsInfoAsJSONWithTheOwnershipLast(t *testing.T) {
+	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	for _, info := range []Info{
+		{ID: "n1", Version: "v", StartedAt: at, HeartbeatAt: at, Roles: []string{"api", "dispatch"}, Owned: []Ownership{}},
+		{ID: "n<2>&", HeartbeatAt: at, Owned: []Ownership{{Subscription: "sub_a", Topic: "t<&>", Partition: 3, Claimed: true, Ranges: "0-100", Reader: "keyhook-read-ab", CatchingUp: true}},
+			Breakers: []Breaker{{Origin: "http://x", State: "open", Since: at, Waiting: 2}}},
+	} {
+		var c ownedCache
+		owned, err := c.encode(info.Owned)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeInfo(info, owned)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Info
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Fatalf("the entry %s does not decode: %v", got, err)
+		}
+		if diff := cmp.Diff(info, back); diff != "" {
+			t.Errorf("the entry decodes to another Info (-want +got):\n%s", diff)
+		}
+		// What encoding/json makes of the same, the ownership as a
+		// RawMessage last: the entry as it was before the splice.
+		want, err := json.Marshal(struct {
+			Info
+			Owned json.RawMessage `json:"owned"`
+		}{info, owned})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("the entry is\n%s\nencoding/json makes\n%s", got, want)
+		}
+		if ownedAt := strings.Index(string(got), `,"owned":`); ownedAt < strings.Index(string(got), `"heartbeat_at"`) {
+			t.Errorf("the entry %s has its ownership before heartbeat_at", got)
+		}
+	}
+}
+
 func TestHeartbeatAtReadsOnlyAWellFormedEntrysTime(t *testing.T) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {

@@ -33,6 +33,9 @@ type loops struct {
 	mu sync.Mutex
 	// members are the groups running, guarded by mu.
 	members map[*group]*member
+	// version counts the joins and leaves, guarded by mu: a loop that
+	// keeps its own view of the members rebuilds it only when it moved.
+	version uint64
 	// fresh are the members joined since the topics loop last looked,
 	// guarded by mu.
 	fresh []*member
@@ -60,6 +63,7 @@ func (l *loops) join(g *group) {
 	l.mu.Lock()
 	l.members[g] = m
 	l.fresh = append(l.fresh, m)
+	l.version++
 	l.mu.Unlock()
 	select {
 	case l.joined <- struct{}{}:
@@ -72,6 +76,7 @@ func (l *loops) leave(g *group) {
 	l.mu.Lock()
 	m := l.members[g]
 	delete(l.members, g)
+	l.version++
 	l.mu.Unlock()
 	if m == nil {
 		return
@@ -90,6 +95,24 @@ func (l *loops) snapshot() []*member {
 		out = append(out, m)
 	}
 	return out
+}
+
+// redrivers returns the members that redrive, by subscription id, and
+// the version they are of; ok is false, and nothing is built, when the
+// members did not change since version since.
+func (l *loops) redrivers(since uint64) (byID map[string]*member, version uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.version == since {
+		return nil, since, false
+	}
+	byID = make(map[string]*member, len(l.members))
+	for g, m := range l.members {
+		if g.redriver != nil {
+			byID[g.sub.ID] = m
+		}
+	}
+	return byID, l.version, true
 }
 
 // with runs f on m's group unless it left; false if it did.
@@ -294,12 +317,12 @@ const redriveFullEvery = 40
 
 // redriveLoop polls the redrive queues each RedriveInterval for every
 // group that redrives, in one round trip, and has each group take those
-// of its owned partitions. An idle node pays one GET a poll: the queues
-// are listed again only for the groups that had some queued at the last
-// listing, those that joined since, and all of them when the count of
-// pushes moved (a redrive queued on any node) or every redriveFullEvery
-// polls. A group is polled only while something of it is queued or
-// taken.
+// of its owned partitions. An idle node pays one GET a poll, and no walk
+// over its groups: the queues are listed again only for the groups that
+// had some queued at the last listing, those that joined since, and all
+// of them when the count of pushes moved (a redrive queued on any node)
+// or every redriveFullEvery polls. A group is polled only while something
+// of it is queued or taken (active: a redriver takes only when polled).
 func (l *loops) redriveLoop(ctx context.Context) {
 	t := time.NewTicker(l.n.cfg.RedriveInterval)
 	defer t.Stop()
@@ -310,6 +333,14 @@ func (l *loops) redriveLoop(ctx context.Context) {
 		// queued; listed the groups listed since the last full listing.
 		queued = make(map[string][]deadletter.Source)
 		listed = make(map[string]bool)
+		// byID are the groups that redrive, as of the members' version
+		// seen; unlisted is set while some of them may not be listed yet.
+		byID     map[string]*member
+		seen     = ^uint64(0)
+		unlisted bool
+		// active are the groups whose redriver held something taken
+		// after their last poll.
+		active = make(map[string]bool)
 	)
 	for polls := 0; ; polls++ {
 		select {
@@ -317,13 +348,10 @@ func (l *loops) redriveLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		var ms []*member
-		for _, m := range l.snapshot() {
-			if m.g.redriver != nil {
-				ms = append(ms, m)
-			}
+		if m, v, changed := l.redrivers(seen); changed {
+			byID, seen, unlisted = m, v, true
 		}
-		if len(ms) == 0 {
+		if len(byID) == 0 {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -331,10 +359,18 @@ func (l *loops) redriveLoop(ctx context.Context) {
 		full := err == nil && (v != version || polls%redriveFullEvery == 0)
 		var subs []string
 		if err == nil {
-			for _, m := range ms {
-				id := m.g.sub.ID
-				if full || !listed[id] || queued[id] != nil {
-					subs = append(subs, id)
+			switch {
+			case full || unlisted:
+				for id := range byID {
+					if full || !listed[id] || queued[id] != nil {
+						subs = append(subs, id)
+					}
+				}
+			default:
+				for id := range queued {
+					if byID[id] != nil {
+						subs = append(subs, id)
+					}
 				}
 			}
 		}
@@ -354,6 +390,7 @@ func (l *loops) redriveLoop(ctx context.Context) {
 			clear(listed)
 			clear(queued)
 		}
+		unlisted = false
 		for _, id := range subs {
 			listed[id] = true
 			if src := got[id]; len(src) > 0 {
@@ -362,12 +399,24 @@ func (l *loops) redriveLoop(ctx context.Context) {
 				delete(queued, id)
 			}
 		}
-		for _, m := range ms {
-			src := queued[m.g.sub.ID]
+		for id := range queued {
+			active[id] = true
+		}
+		for id := range active {
+			m := byID[id]
+			if m == nil {
+				delete(active, id)
+				continue
+			}
+			src := queued[id]
 			if len(src) == 0 && m.g.redriver.idle() {
+				delete(active, id)
 				continue
 			}
 			m.with(func(g *group) { g.redriver.poll(ctx, src) })
+			if len(queued[id]) == 0 && m.g.redriver.idle() {
+				delete(active, id)
+			}
 		}
 	}
 }

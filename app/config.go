@@ -44,6 +44,14 @@ func (r Role) names() []string {
 // DefaultHTTPAddr is Config.HTTPAddr when empty.
 const DefaultHTTPAddr = "127.0.0.1:8080"
 
+// DefaultEndpointConcurrency is keyhook serve's --endpoint-concurrency:
+// every concurrent request to an origin holds a connection, so without a
+// cap a thousand subscriptions pointing at one gateway hold as many
+// connections as the sum of their max_in_flight, and the node (or the
+// gateway) runs out of file descriptors. 1,024 keeps four subscriptions
+// of the default max_in_flight at full concurrency.
+const DefaultEndpointConcurrency = 1024
+
 // Config tunes one node. The zero value of every field means its default,
 // so Config{Brokers: ...} is a complete node.
 type Config struct {
@@ -91,8 +99,9 @@ type Config struct {
 	// and at dial time.
 	AllowPrivateEndpoints bool
 	// EndpointConcurrency caps the concurrent requests to one endpoint
-	// origin from this node, over every subscription; 0 is no cap. An
-	// endpoint that throttles (429, 503) gets fewer either way.
+	// origin from this node, over every subscription; 0 is no cap (keyhook
+	// serve's default is DefaultEndpointConcurrency). An endpoint that
+	// throttles (429, 503) gets fewer either way.
 	EndpointConcurrency int
 	// MaxIdleConnsPerHost is how many idle connections the delivery client
 	// keeps per endpoint host. Default the webhooks client's: every connection in use is kept.

@@ -1033,7 +1033,7 @@ func TestSelectorsAndReferencesResolve(t *testing.T) {
 			t.Errorf("scaler brokers %q, keyhook's %q", m["bootstrapServers"], k.configEnv["KEYHOOK_KAFKA_BROKERS"])
 		}
 		if !strings.HasPrefix(m["consumerGroup"], "keyhook-") {
-			t.Errorf("scaler consumer group %q is not a subscription's (keyhook-<id>)", m["consumerGroup"])
+			t.Errorf("scaler consumer group %q is not keyhook's (keyhook-read-<hash> or keyhook-<id>)", m["consumerGroup"])
 		}
 		if _, err := strconv.Atoi(m["lagThreshold"]); err != nil {
 			t.Errorf("scaler lagThreshold %q: %v", m["lagThreshold"], err)

@@ -108,10 +108,13 @@ type Tuning struct {
 	// reader) decides which node reads which partition, and each
 	// subscription is a cursor over that read, with its own partition
 	// machines, tracking state and commits under its own group id
-	// (reader.go). Default false: each subscription is a consumer group
-	// of its own. A cluster moves to it node by node: a cursor starts
-	// only once no node reads its subscription with a group of its own
-	// (cursor.go). Moving back takes a stop of every node.
+	// (reader.go). False: each subscription is a consumer group of its
+	// own. The field's zero value is false so that a Node built in code
+	// keeps the model it was written for; keyhook serve and dev turn it
+	// on unless --shared-read=false. A cluster moves to it node by node:
+	// a cursor starts only once no node reads its subscription with a
+	// group of its own (cursor.go). Moving back takes a stop of every
+	// node.
 	SharedRead bool
 	// BreakerFailures is how many consecutive failed attempts (5xx, 408,
 	// 425, timeouts, connection errors; not 429) to one endpoint origin

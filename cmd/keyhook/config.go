@@ -137,12 +137,12 @@ func (c *config) knobs() []knob {
 			bind: durationFlag(&n.RequestTimeout, dispatcher.DefaultRequestTimeout), check: positive(&n.RequestTimeout)},
 		{name: "bootstrap-token", field: "BootstrapToken", usage: "an API token to make exist, with the admin scope, at start (prefer KEYHOOK_BOOTSTRAP_TOKEN, which stays out of the process list)",
 			bind: stringFlag(&n.BootstrapToken, "")},
-		{name: "shared-read", field: "SharedRead", usage: "read each set of topics once on this node for every subscription reading it (one consumer group per topic set; each subscription a cursor with its own commits); a cluster moves to it node by node, back only by stopping every node",
-			bind: boolFlag(&n.SharedRead)},
+		{name: "shared-read", field: "SharedRead", usage: "read each set of topics once on this node for every subscription reading it (one consumer group per topic set; each subscription a cursor with its own commits); false gives each subscription a consumer group of its own. A cluster moves to it node by node (an upgrade does); back only by stopping every node",
+			bind: boolFlagDefault(&n.SharedRead, true)},
 		{name: "endpoint-net-http", usage: "send every request with Go's net/http client, HTTP/1.1 included, instead of keyhook's HTTP/1.1 client (about twice the CPU per request)",
 			bind: boolFlag(&n.EndpointNetHTTP)},
-		{name: "endpoint-concurrency", field: "EndpointConcurrency", usage: "most concurrent requests to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)",
-			bind: intFlag(&n.EndpointConcurrency, 0), check: func() string {
+		{name: "endpoint-concurrency", field: "EndpointConcurrency", usage: "most concurrent requests (each a connection) to one endpoint (scheme://host:port) from this node, over all subscriptions; 0 is no cap (a throttling endpoint gets fewer either way)",
+			bind: intFlag(&n.EndpointConcurrency, app.DefaultEndpointConcurrency), check: func() string {
 				if n.EndpointConcurrency < 0 {
 					return fmt.Sprintf("is %d, must be 0 (no cap) or more", n.EndpointConcurrency)
 				}
@@ -229,6 +229,10 @@ func stringFlag(p *string, def string) func(*flag.FlagSet, string, string) {
 
 func boolFlag(p *bool) func(*flag.FlagSet, string, string) {
 	return func(fs *flag.FlagSet, name, usage string) { fs.BoolVar(p, name, false, usage) }
+}
+
+func boolFlagDefault(p *bool, def bool) func(*flag.FlagSet, string, string) {
+	return func(fs *flag.FlagSet, name, usage string) { fs.BoolVar(p, name, def, usage) }
 }
 
 func intFlag(p *int, def int) func(*flag.FlagSet, string, string) {

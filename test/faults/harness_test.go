@@ -246,6 +246,11 @@ func newCluster(t *testing.T, name string, cfg clusterConfig) *cluster {
 		// The scenario's own config topic: nodes of other scenarios on the
 		// shared broker must not restore its subscription, nor it theirs.
 		"--config-topic", c.topic + ".config",
+		// The model with a consumer group per subscription, which
+		// --shared-read=false keeps, is what most scenarios defend; the
+		// shared read's own scenarios turn it back on (sharedRead: the
+		// last --shared-read wins).
+		"--shared-read=false",
 	}
 	c.flags = append(c.flags, cfg.flags...)
 

@@ -96,7 +96,7 @@ func testRollingRestart(t *testing.T, name string, records, rate int, cfg cluste
 func TestFaultRollingUpgradeToSharedRead(t *testing.T) {
 	records, rate := sharedReadRecords, sharedReadRate
 	cfg := sharedRead(clusterConfig{latency: slowerLatency})
-	cfg.flags = nil // today's model: a consumer group per subscription
+	cfg.flags = nil // today's model: a consumer group per subscription (the harness's --shared-read=false)
 	c := newCluster(t, "upgrade-shared-read", cfg)
 	c.startNodes()
 	prod := c.produce(records, rate)

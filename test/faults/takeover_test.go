@@ -41,7 +41,7 @@ func TestTakeoverAfterSIGKILLLosesNothing(t *testing.T) {
 	if err := subs.Create(context.Background(), sub); err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--kafka-brokers", brokers[0], "--redis-url", redisSrv.URL(), "--session-timeout", "6s", "--commit-interval", "200ms"}
+	flags := []string{"--kafka-brokers", brokers[0], "--redis-url", redisSrv.URL(), "--session-timeout", "6s", "--commit-interval", "200ms", "--shared-read=false"}
 	a := testutil.StartKeyhook(t, "node-a", flags...)
 	testutil.StartKeyhook(t, "node-b", flags...)
 

@@ -1,15 +1,15 @@
 // Command fanout measures many subscriptions on one topic across a
 // cluster of real `keyhook serve` processes (issue 29's "Measured"): N
 // nodes (-nodes, each its own process of the binary -bin, with the extra
-// flags -args, e.g. --shared-read), a real Kafka broker, a real Redis, one
+// flags -args, e.g. --shared-read=false), a real Kafka broker, a real Redis, one
 // topic of -partitions partitions and -subs subscriptions on it, created
 // through node 1's REST API, all delivering to an HTTP sink in this
 // process that answers at once and keeps, per subscription, when it first
 // got each record and whether each key's records came in order. Each
 // record's value carries its produce time. Phases, each printed as a table:
 //
-//   - idle: after -settle and a warm-up (one record per key, delivered to
-//     every subscription), each node's goroutines, RSS, CPU over -window
+//   - idle: after -settle, a warm-up (one record per key, delivered to
+//     every subscription) and -quiet, each node's goroutines, RSS, CPU over -window
 //     and established broker connections, against issue 29's targets;
 //   - load: -rate records a second for -load: the fan-out latency (from
 //     produce to the last of the subscriptions' first deliveries) p50, p99
@@ -35,7 +35,7 @@
 // order.
 //
 // With -baseline the scenario runs twice in one invocation, first with
-// -baseline-args (default none: a group per subscription) on
+// -baseline-args (default --shared-read=false: a group per subscription) on
 // -baseline-redis, then as asked, and a last table puts the headline
 // figures of both side by side with their ratio.
 //
@@ -46,10 +46,10 @@
 //	export KEYHOOK_KAFKA_DIR=$(mktemp -d) KEYHOOK_KAFKA_JMX_PORT=19876
 //	export "$(scripts/kafka.sh start | tail -n 1)"; redis-server --port 6390 --save '' &
 //	go run ./test/bench/fanout -bin /tmp/keyhook -nodes 3 -subs 50 -load 20s \
-//		-baseline -baseline-redis redis://127.0.0.1:6390/1 -redis redis://127.0.0.1:6390/2 -args --shared-read
-//	go run ./test/bench/fanout -bin /tmp/keyhook -redis redis://127.0.0.1:6390/3 -down-one -subs 50 -down 1m -args --shared-read
+//		-baseline -baseline-redis redis://127.0.0.1:6390/1 -redis redis://127.0.0.1:6390/2
+//	go run ./test/bench/fanout -bin /tmp/keyhook -redis redis://127.0.0.1:6390/3 -down-one -subs 50 -down 1m
 //
-// Issue 29's figures: -subs 1000 -args --shared-read -baseline, with
+// Issue 29's figures: -subs 1000 -baseline, with
 // -baseline-subs 100 where the machine cannot run 1,000 groups, the
 // defaults otherwise.
 package main
@@ -83,7 +83,7 @@ type config struct {
 	extra                                         []string
 	nodes, subs, partitions, keys, port           int
 	rate                                          float64
-	load, settle, window, drain, down             time.Duration
+	load, settle, quiet, window, drain, down      time.Duration
 	restart                                       []string
 	downOne                                       bool
 }
@@ -95,7 +95,7 @@ func main() {
 	flag.StringVar(&c.redisURL, "redis", "redis://127.0.0.1:6379/0", "the Redis URL (an empty database)")
 	flag.StringVar(&c.kafkaDir, "kafka-dir", os.Getenv("KEYHOOK_KAFKA_DIR"), "the broker's scripts/kafka.sh state dir, for its byte counters over JMX (empty: not measured)")
 	flag.StringVar(&c.kafkaScript, "kafka-script", "scripts/kafka.sh", "scripts/kafka.sh, which reads the counters")
-	extra := flag.String("args", "", "more flags for keyhook serve, space-separated (e.g. --shared-read)")
+	extra := flag.String("args", "", "more flags for keyhook serve, space-separated (e.g. --shared-read=false)")
 	flag.IntVar(&c.nodes, "nodes", 3, "keyhook serve processes")
 	flag.IntVar(&c.subs, "subs", 0, "subscriptions on the topic (default 1000, 200 with -down-one)")
 	flag.IntVar(&c.partitions, "partitions", 12, "partitions of the topic")
@@ -104,13 +104,14 @@ func main() {
 	flag.Float64Var(&c.rate, "rate", 10, "records produced a second in the load phases")
 	flag.DurationVar(&c.load, "load", 60*time.Second, "how long the load phase produces")
 	flag.DurationVar(&c.settle, "settle", 30*time.Second, "wait after the subscriptions were created, before the warm-up")
+	flag.DurationVar(&c.quiet, "quiet", 30*time.Second, "wait after the warm-up before idle is measured: the warm-up's commits, flushes and garbage settle")
 	flag.DurationVar(&c.window, "window", 20*time.Second, "idle CPU is measured over this")
 	flag.DurationVar(&c.drain, "drain", 3*time.Minute, "how long to wait for the last deliveries after a phase")
 	restart := flag.String("restart", "term,kill", "restarts of node 2 to measure: term, kill, both or none")
 	flag.BoolVar(&c.downOne, "down-one", false, "run the outage scenario instead: one endpoint down for -down among -subs")
 	flag.DurationVar(&c.down, "down", 5*time.Minute, "how long the endpoint is down with -down-one")
 	baseline := flag.Bool("baseline", false, "run the scenario first with -baseline-args on -baseline-redis, then as asked, and compare")
-	baseArgs := flag.String("baseline-args", "", "the baseline run's flags for keyhook serve (default none: a group per subscription)")
+	baseArgs := flag.String("baseline-args", "--shared-read=false", "the baseline run's flags for keyhook serve (default: a group per subscription)")
 	baseRedis := flag.String("baseline-redis", "", "the baseline run's Redis URL, another empty database")
 	baseSubs := flag.Int("baseline-subs", 0, "the baseline run's subscriptions (default -subs)")
 	flag.Parse()
@@ -170,7 +171,7 @@ func main() {
 // measured one side by side, with their ratio.
 func compare(before, after []figure, bc, c config) {
 	label := func(c config) string {
-		flags := "no extra flags"
+		flags := "no extra flags (the shared read)"
 		if len(c.extra) > 0 {
 			flags = strings.Join(c.extra, " ")
 		}
@@ -368,7 +369,7 @@ func (b *bench) warmUp(ctx context.Context) error {
 }
 
 func (b *bench) idle(ctx context.Context) error {
-	time.Sleep(5 * time.Second)
+	time.Sleep(b.c.quiet)
 	s, err := serve.Measure(ctx, b.nodes, b.brokerPort, b.c.window)
 	if err != nil {
 		return err

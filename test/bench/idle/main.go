@@ -10,7 +10,7 @@
 //	go build -o /tmp/keyhook ./cmd/keyhook
 //	export "$(scripts/kafka.sh start | tail -n 1)"; redis-server --port 6390 &
 //	go run ./test/bench/idle -bin /tmp/keyhook -redis redis://127.0.0.1:6390/1 -n 100
-//	go run ./test/bench/idle -bin /tmp/keyhook -redis redis://127.0.0.1:6390/2 -n 100 -args --shared-read
+//	go run ./test/bench/idle -bin /tmp/keyhook -redis redis://127.0.0.1:6390/2 -n 100 -args --shared-read=false
 package main
 
 import (
@@ -41,7 +41,7 @@ func main() {
 	settle := flag.Duration("settle", 60*time.Second, "wait after the subscriptions were created")
 	window := flag.Duration("window", 30*time.Second, "the idle CPU is measured over this")
 	addr := flag.String("addr", "127.0.0.1:18480", "the node's HTTP address")
-	extra := flag.String("args", "", "more flags for keyhook serve, space-separated (e.g. --shared-read)")
+	extra := flag.String("args", "", "more flags for keyhook serve, space-separated (e.g. --shared-read=false)")
 	flag.Parse()
 	if *bin == "" || *brokers == "" {
 		fmt.Fprintln(os.Stderr, "idle: -bin and -brokers (or KEYHOOK_TEST_KAFKA_BROKERS) are required")

@@ -195,16 +195,19 @@ func TestServeStopsOnUnreadableConnectionFiles(t *testing.T) {
 
 // The knobs reach the node as they were given, nothing translated: 0
 // never parks on the command line and in every layer below it, and a
-// flag left alone is the default of the layer that owns it.
+// flag left alone is the default of the layer that owns it. The shared read
+// is the one default serve owns itself (the dispatcher's zero value keeps a
+// group per subscription for embedders), so it arrives on unless turned off.
 func TestKnobsReachTheNodeAsGiven(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
 		want dispatcher.Tuning
 	}{
-		{"defaults", nil, dispatcher.Tuning{}.WithDefaults()},
+		{"defaults", nil, dispatcher.Tuning{SharedRead: true}.WithDefaults()},
 		{"never park", []string{"--park-after", "0", "--max-window", "50", "--flush-interval", "5ms", "--max-parked-bytes", "4096"},
-			dispatcher.Tuning{ParkAfter: new(0), MaxWindow: 50, FlushInterval: 5 * time.Millisecond, MaxParkedBytes: 4096}.WithDefaults()},
+			dispatcher.Tuning{ParkAfter: new(0), MaxWindow: 50, FlushInterval: 5 * time.Millisecond, MaxParkedBytes: 4096, SharedRead: true}.WithDefaults()},
+		{"a group per subscription", []string{"--shared-read=false"}, dispatcher.Tuning{}.WithDefaults()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := parseConfig("serve", append(append([]string{}, backends...), tc.args...), noEnv, io.Discard, true)

@@ -182,11 +182,18 @@ func (g *group) commitCursor(ws []*worker) {
 	if len(want) == 0 {
 		return
 	}
+	cl, err := g.n.commits.client(g.sub.GroupID())
+	if err != nil {
+		g.commitErrors.Add(1)
+		g.countError("commit")
+		g.log.Warn("commit failed", "err", err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	started := time.Now()
 	defer func() { g.tel.commitTime.Record(ctx, time.Since(started).Seconds(), metric.WithAttributeSet(g.attrs)) }()
-	resp, err := kadm.NewClient(g.client()).CommitOffsets(ctx, g.sub.GroupID(), offsets)
+	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, g.sub.GroupID(), offsets)
 	if err == nil {
 		for tp, w := range want {
 			r, ok := resp.Lookup(tp.topic, tp.partition)

@@ -36,6 +36,8 @@ func TestACursorCommitsOnlyThePartitionsItStillOwns(t *testing.T) {
 	g.log = discard
 	g.rd = &reader{}
 	g.rd.cl.Store(cl)
+	g.n.commits = newCommitters([]kgo.Opt{kgo.SeedBrokers(brokers...)})
+	defer g.n.commits.close()
 
 	m, err := partition.New[*kgo.Record](partition.Config{MaxWindow: 10})
 	if err != nil {

@@ -137,14 +137,22 @@ func (l *loops) run(ctx context.Context) {
 	wg.Wait()
 }
 
+// maxCommitsInFlight bounds the commits the node's groups run at once: a
+// coordinator answers a connection's requests one at a time, so more
+// would only queue there (committers.go), each holding a goroutine.
+const maxCommitsInFlight = 64
+
 // commitLoop commits every group's watermarks each CommitInterval. The
-// groups with something to commit commit at once, each on its own
-// coordinator, so a slow one delays no other.
+// groups with something to commit commit concurrently, up to
+// maxCommitsInFlight, so a slow one delays no other; when commits take
+// longer than the interval allows, each group's commits come less often
+// (ticks are dropped while the loop waits for room).
 func (l *loops) commitLoop(ctx context.Context) {
 	t := time.NewTicker(l.n.cfg.CommitInterval)
 	defer t.Stop()
 	var commits sync.WaitGroup
 	defer commits.Wait()
+	room := make(chan struct{}, maxCommitsInFlight)
 	for {
 		select {
 		case <-ctx.Done():
@@ -155,7 +163,14 @@ func (l *loops) commitLoop(ctx context.Context) {
 			if !m.g.hasCommit() || !m.committing.CompareAndSwap(false, true) {
 				continue
 			}
+			select {
+			case room <- struct{}{}:
+			case <-ctx.Done():
+				m.committing.Store(false)
+				return
+			}
 			commits.Go(func() {
+				defer func() { <-room }()
 				defer m.committing.Store(false)
 				m.with(func(g *group) { g.commit(g.snapshotWorkers()) })
 			})

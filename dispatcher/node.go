@@ -94,6 +94,8 @@ type Node struct {
 	// subscriptions' own groups (cursor.go), made on first use; guarded
 	// by readersMu, closed by Run.
 	admin *kgo.Client
+	// commits are the clients the cursors commit through; closed by Run.
+	commits *committers
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -133,6 +135,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		catchups: make(chan struct{}, maxCatchups),
 		budget:   budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
+		commits: newCommitters(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("keyhook-" + cfg.NodeID + "-commit")}, cfg.KafkaOptions...)),
 	}
 	n.renewer = newRenewer(tracker, cfg.lease(), n.log)
 	n.loops = newLoops(n)
@@ -253,6 +256,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.admin = nil
 	}
 	n.readersMu.Unlock()
+	n.commits.close()
 	stopLoops()
 	<-loopsDone
 	stopFlusher()

@@ -92,7 +92,7 @@ type reader struct {
 	sh readerShares
 
 	cancel context.CancelFunc
-	// loops are the poll and the settler (readshare.go).
+	// loops are the poll, the settler (readshare.go) and the committer.
 	loops sync.WaitGroup
 }
 
@@ -128,12 +128,14 @@ func newReader(n *Node, topics []string, first *group) (*reader, error) {
 	return r, nil
 }
 
-// start runs the reader's poll and its settler until stop.
+// start runs the reader's poll, its settler and its committer until
+// stop.
 func (r *reader) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.loops.Go(func() { r.run(ctx) })
 	r.loops.Go(func() { r.settler(ctx) })
+	r.loops.Go(func() { r.committer(ctx) })
 }
 
 // stop ends the poll, hands every owned partition over (the cursors left
@@ -148,8 +150,6 @@ func (r *reader) stop() {
 
 func (r *reader) run(ctx context.Context) {
 	r.log.Info("reader started", "topics", r.topics)
-	commitEvery := time.NewTicker(r.n.cfg.CommitInterval)
-	defer commitEvery.Stop()
 	for {
 		fetches := r.client().PollRecords(ctx, 10000)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
@@ -178,10 +178,23 @@ func (r *reader) run(ctx context.Context) {
 		})
 		r.mu.Unlock()
 		r.client().AllowRebalance()
+	}
+}
+
+// committer commits the reader group's offsets every commit interval
+// until ctx ends. It is a loop of its own, not a step of the poll: an
+// OffsetCommit waits for the group coordinator, which under the cursors'
+// own commits answered in 50 to 500 ms, and the poll held that long
+// delayed every subscription's next records.
+func (r *reader) committer(ctx context.Context) {
+	t := time.NewTicker(r.n.cfg.CommitInterval)
+	defer t.Stop()
+	for {
 		select {
-		case <-commitEvery.C:
+		case <-ctx.Done():
+			return
+		case <-t.C:
 			r.commit()
-		default:
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keyhook/keyhook/dispatcher"
@@ -115,15 +116,20 @@ func TestSharedReadLaggingSubscriptionDoesNotHoldTheOthers(t *testing.T) {
 	})
 	// In waves, so the reader hands out batch after batch while the slow
 	// subscription's window is full.
+	// The catch-up lag gauge, sampled after each wave, says how far the
+	// detached cursor is behind the reader.
 	ends := map[int32]int64{}
+	var catchupLag int64
 	for range 8 {
 		for p, e := range produce(t, brokers, "lag", n/8, keyOf, partOf) {
 			ends[p] = e
 		}
 		time.Sleep(100 * time.Millisecond)
+		catchupLag = max(catchupLag, testutil.Int64Metric(t, metrics, "keyhook.cursor.catchup.lag"))
 	}
 
 	fast.WaitAcked(t, n, 2*time.Minute)
+	catchupLag = max(catchupLag, testutil.Int64Metric(t, metrics, "keyhook.cursor.catchup.lag"))
 	slowDone := slow.AckedCount()
 	t.Logf("when the fast subscription had all %d records, the slow one had %d", n, slowDone)
 	if slowDone > n/2 {
@@ -131,6 +137,9 @@ func TestSharedReadLaggingSubscriptionDoesNotHoldTheOthers(t *testing.T) {
 	}
 	if d := testutil.Int64Metric(t, metrics, "keyhook.cursor.detaches"); d == 0 {
 		t.Errorf("no cursor left the shared read, want the slow one to")
+	}
+	if catchupLag == 0 {
+		t.Errorf("keyhook.cursor.catchup.lag never showed a cursor behind the reader, want the slow one's lag")
 	}
 	// The fast one may fall behind for a moment on a loaded machine too;
 	// the slow one must, and each partition is told of once at most.
@@ -264,4 +273,135 @@ func TestSharedReadCatchUpsWaitForASlot(t *testing.T) {
 	if d := testutil.Int64Metric(t, metrics, "keyhook.cursor.detaches"); d < 2*late {
 		t.Errorf("%d detaches, want each new subscription's %d partitions to have started behind the reader", d, 2)
 	}
+}
+
+// The reader group's commit waits on the group coordinator, which under
+// many subscriptions' commits answered in up to half a second; the read
+// must go on meanwhile. The coordinator here holds the reader group's
+// commit until the test lets it go: a record produced while it is held
+// is delivered all the same.
+func TestSharedReadDeliversWhileTheReaderGroupCommitWaits(t *testing.T) {
+	cluster := testutil.KfakeCluster(t, 1, "held")
+	brokers := cluster.ListenAddrs()
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if !strings.HasPrefix(req.(*kmsg.OffsetCommitRequest).Group, "keyhook-read-") {
+			return nil, nil, false
+		}
+		first := false
+		holdOnce.Do(func() { first = true })
+		if first {
+			close(held)
+			cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	rdb := testutil.StartRedis(t).Client()
+	keyOf := func(i int) string { return fmt.Sprintf("key-%d", i) }
+	partOf := func(int) int32 { return 0 }
+
+	sink := testutil.StartSink(t)
+	startNode(t, brokers, rdb, []*subscription.Subscription{newSub("held", "held", sink.URL, subscription.OrderKey, 8)}, sharedRead(nil, 0))
+	// Records trickle in until the reader group commits (its cursor's
+	// first commit gives it something to commit).
+	produced := 0
+	for waited := time.Duration(0); ; waited += 50 * time.Millisecond {
+		select {
+		case <-held:
+		default:
+			if waited > 30*time.Second {
+				t.Fatal("the reader group committed nothing in 30s while its cursor delivered")
+			}
+			produce(t, brokers, "held", 1, keyOf, partOf)
+			produced++
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	produce(t, brokers, "held", 1, keyOf, partOf)
+	produced++
+	// Within the ownership lease: the held commit also holds the
+	// heartbeats queued behind it on the connection, and past the lease
+	// the node rightly stops delivering.
+	deadline := time.Now().Add(3 * time.Second)
+	for sink.AckedCount() < produced && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := sink.AckedCount(); got < produced {
+		t.Fatalf("%d of %d records delivered 3s after the last, produced while the reader group's commit waited on the coordinator: the commit holds the read", got, produced)
+	}
+	letGo()
+	checkSink(t, "held", sink, "held", map[int32]int64{0: int64(produced)})
+}
+
+// A broker answers one connection's requests one at a time, so the
+// cursors' commits must not share the reader group's connection: held
+// there, they held its heartbeats too, the membership went unconfirmed
+// and the node stopped delivering. The coordinator here holds a cursor's
+// commit for longer than the ownership lease; records produced all along
+// are delivered all along.
+func TestSharedReadCursorCommitsDoNotHoldTheReaderGroupsHeartbeats(t *testing.T) {
+	cluster := testutil.KfakeCluster(t, 1, "beats")
+	brokers := cluster.ListenAddrs()
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if strings.HasPrefix(req.(*kmsg.OffsetCommitRequest).Group, "keyhook-read-") {
+			return nil, nil, false
+		}
+		first := false
+		holdOnce.Do(func() { first = true })
+		if first {
+			close(held)
+			cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	rdb := testutil.StartRedis(t).Client()
+	keyOf := func(i int) string { return fmt.Sprintf("key-%d", i) }
+	partOf := func(int) int32 { return 0 }
+
+	sink := testutil.StartSink(t)
+	startNode(t, brokers, rdb, []*subscription.Subscription{newSub("beats", "beats", sink.URL, subscription.OrderKey, 8)}, sharedRead(nil, 0))
+	produced := 0
+	for waited := time.Duration(0); ; waited += 50 * time.Millisecond {
+		select {
+		case <-held:
+		default:
+			if waited > 30*time.Second {
+				t.Fatal("the cursor committed nothing in 30s while it delivered")
+			}
+			produce(t, brokers, "beats", 1, keyOf, partOf)
+			produced++
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	// Past the lease, a record every 100 ms; all checked before the
+	// held commit's own 10s deadline ends it (which would free the
+	// connection and hide the fault).
+	hold := testLease + 1500*time.Millisecond
+	for end := time.Now().Add(hold); time.Now().Before(end); {
+		produce(t, brokers, "beats", 1, keyOf, partOf)
+		produced++
+		time.Sleep(100 * time.Millisecond)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for sink.AckedCount() < produced && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := sink.AckedCount(); got < produced {
+		t.Fatalf("%d of %d records delivered 2s after the last, while a cursor's commit was held %v: the commits hold the reader group's heartbeats", got, produced, hold)
+	}
+	letGo()
+	checkSink(t, "beats", sink, "beats", map[int32]int64{0: int64(produced)})
 }

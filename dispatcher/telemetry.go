@@ -242,6 +242,17 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			}
 			return max(0, hw-c), true
 		})
+	partitionGauge("keyhook.cursor.catchup.lag", "Records a subscription partition that left the node's shared read (--shared-read) has yet to read to rejoin it: the reader's position minus the cursor's; no value while the cursor is on the shared read.", "{record}",
+		func(w *worker) (int64, bool) {
+			if !w.cursor() || !w.pub.detached.Load() {
+				return 0, false
+			}
+			pos, next := w.g.rd.position(w.tp), w.pub.next.Load()
+			if pos < 0 || next < 0 {
+				return 0, false
+			}
+			return max(0, pos-next), true
+		})
 	partitionGauge("keyhook.watermark.distance", "Fetch position minus watermark: the partition's window in use.", "{record}",
 		func(w *worker) (int64, bool) {
 			next, wm := w.pub.next.Load(), w.pub.watermark.Load()

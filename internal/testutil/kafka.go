@@ -84,6 +84,13 @@ func requireIntegrationTier(t testing.TB) []string {
 // topics on first use, with one partition.
 func Kfake(t testing.TB, partitions int32, topics ...string) []string {
 	t.Helper()
+	return KfakeCluster(t, partitions, topics...).ListenAddrs()
+}
+
+// KfakeCluster is Kfake for a test that controls the cluster's requests
+// (kfake.Cluster.ControlKey): it returns the cluster.
+func KfakeCluster(t testing.TB, partitions int32, topics ...string) *kfake.Cluster {
+	t.Helper()
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.AllowAutoTopicCreation(),
@@ -97,7 +104,7 @@ func Kfake(t testing.TB, partitions int32, topics ...string) []string {
 		t.Fatalf("testutil: start kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c
 }
 
 // CreateTopics creates topics with partitions partitions each (replication

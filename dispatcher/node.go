@@ -256,9 +256,9 @@ func (n *Node) Run(ctx context.Context) error {
 		n.admin = nil
 	}
 	n.readersMu.Unlock()
-	n.commits.close()
 	stopLoops()
 	<-loopsDone
+	n.commits.close()
 	stopFlusher()
 	<-flusherDone
 	<-renewerDone

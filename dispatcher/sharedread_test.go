@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
@@ -275,6 +276,75 @@ func TestSharedReadCatchUpsWaitForASlot(t *testing.T) {
 	}
 }
 
+// commitHold holds, at a kfake coordinator, the first OffsetCommit of a
+// group that pick chooses until letGo (or the test's end); the others
+// pass.
+type commitHold struct {
+	held  chan struct{}
+	letGo func()
+}
+
+func holdFirstCommit(t *testing.T, cluster *kfake.Cluster, pick func(group string) bool) *commitHold {
+	h := &commitHold{held: make(chan struct{})}
+	release := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	h.letGo = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(h.letGo)
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if !pick(req.(*kmsg.OffsetCommitRequest).Group) {
+			return nil, nil, false
+		}
+		first := false
+		holdOnce.Do(func() { first = true })
+		if first {
+			close(h.held)
+			cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	return h
+}
+
+// produceOne writes one record to partition 0 of topic, every one under
+// the same key, so that the sink checks their order.
+func produceOne(t *testing.T, brokers []string, topic string) {
+	produce(t, brokers, topic, 1, func(int) string { return "key-0" }, func(int) int32 { return 0 })
+}
+
+// trickleUntilHeld produces a record every 50 ms until h holds a commit
+// (a cursor commits once it delivered something), and returns how many
+// it produced; what names the commit awaited, for the failure.
+func trickleUntilHeld(t *testing.T, brokers []string, topic string, h *commitHold, what string) int {
+	t.Helper()
+	produced := 0
+	for waited := time.Duration(0); ; waited += 50 * time.Millisecond {
+		select {
+		case <-h.held:
+			return produced
+		default:
+		}
+		if waited > 30*time.Second {
+			t.Fatalf("%s committed nothing in 30s while records were delivered", what)
+		}
+		produceOne(t, brokers, topic)
+		produced++
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitAckedWithin waits up to d for the sink to have acked n records,
+// and returns how many it had.
+func waitAckedWithin(sink *testutil.Sink, n int, d time.Duration) int {
+	deadline := time.Now().Add(d)
+	for sink.AckedCount() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return sink.AckedCount()
+}
+
+func isReaderGroup(group string) bool { return strings.HasPrefix(group, "keyhook-read-") }
+
 // The reader group's commit waits on the group coordinator, which under
 // many subscriptions' commits answered in up to half a second; the read
 // must go on meanwhile. The coordinator here holds the reader group's
@@ -283,59 +353,21 @@ func TestSharedReadCatchUpsWaitForASlot(t *testing.T) {
 func TestSharedReadDeliversWhileTheReaderGroupCommitWaits(t *testing.T) {
 	cluster := testutil.KfakeCluster(t, 1, "held")
 	brokers := cluster.ListenAddrs()
-	held, release := make(chan struct{}), make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	letGo := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(letGo)
-	cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		if !strings.HasPrefix(req.(*kmsg.OffsetCommitRequest).Group, "keyhook-read-") {
-			return nil, nil, false
-		}
-		first := false
-		holdOnce.Do(func() { first = true })
-		if first {
-			close(held)
-			cluster.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
+	hold := holdFirstCommit(t, cluster, isReaderGroup)
 	rdb := testutil.StartRedis(t).Client()
-	keyOf := func(i int) string { return fmt.Sprintf("key-%d", i) }
-	partOf := func(int) int32 { return 0 }
-
 	sink := testutil.StartSink(t)
 	startNode(t, brokers, rdb, []*subscription.Subscription{newSub("held", "held", sink.URL, subscription.OrderKey, 8)}, sharedRead(nil, 0))
-	// Records trickle in until the reader group commits (its cursor's
-	// first commit gives it something to commit).
-	produced := 0
-	for waited := time.Duration(0); ; waited += 50 * time.Millisecond {
-		select {
-		case <-held:
-		default:
-			if waited > 30*time.Second {
-				t.Fatal("the reader group committed nothing in 30s while its cursor delivered")
-			}
-			produce(t, brokers, "held", 1, keyOf, partOf)
-			produced++
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		break
-	}
-	produce(t, brokers, "held", 1, keyOf, partOf)
+
+	produced := trickleUntilHeld(t, brokers, "held", hold, "the reader group")
+	produceOne(t, brokers, "held")
 	produced++
 	// Within the ownership lease: the held commit also holds the
 	// heartbeats queued behind it on the connection, and past the lease
 	// the node rightly stops delivering.
-	deadline := time.Now().Add(3 * time.Second)
-	for sink.AckedCount() < produced && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := sink.AckedCount(); got < produced {
+	if got := waitAckedWithin(sink, produced, 3*time.Second); got < produced {
 		t.Fatalf("%d of %d records delivered 3s after the last, produced while the reader group's commit waited on the coordinator: the commit holds the read", got, produced)
 	}
-	letGo()
+	hold.letGo()
 	checkSink(t, "held", sink, "held", map[int32]int64{0: int64(produced)})
 }
 
@@ -348,60 +380,24 @@ func TestSharedReadDeliversWhileTheReaderGroupCommitWaits(t *testing.T) {
 func TestSharedReadCursorCommitsDoNotHoldTheReaderGroupsHeartbeats(t *testing.T) {
 	cluster := testutil.KfakeCluster(t, 1, "beats")
 	brokers := cluster.ListenAddrs()
-	held, release := make(chan struct{}), make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	letGo := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(letGo)
-	cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		if strings.HasPrefix(req.(*kmsg.OffsetCommitRequest).Group, "keyhook-read-") {
-			return nil, nil, false
-		}
-		first := false
-		holdOnce.Do(func() { first = true })
-		if first {
-			close(held)
-			cluster.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
+	hold := holdFirstCommit(t, cluster, func(group string) bool { return !isReaderGroup(group) })
 	rdb := testutil.StartRedis(t).Client()
-	keyOf := func(i int) string { return fmt.Sprintf("key-%d", i) }
-	partOf := func(int) int32 { return 0 }
-
 	sink := testutil.StartSink(t)
 	startNode(t, brokers, rdb, []*subscription.Subscription{newSub("beats", "beats", sink.URL, subscription.OrderKey, 8)}, sharedRead(nil, 0))
-	produced := 0
-	for waited := time.Duration(0); ; waited += 50 * time.Millisecond {
-		select {
-		case <-held:
-		default:
-			if waited > 30*time.Second {
-				t.Fatal("the cursor committed nothing in 30s while it delivered")
-			}
-			produce(t, brokers, "beats", 1, keyOf, partOf)
-			produced++
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		break
-	}
+
+	produced := trickleUntilHeld(t, brokers, "beats", hold, "the cursor")
 	// Past the lease, a record every 100 ms; all checked before the
 	// held commit's own 10s deadline ends it (which would free the
 	// connection and hide the fault).
-	hold := testLease + 1500*time.Millisecond
-	for end := time.Now().Add(hold); time.Now().Before(end); {
-		produce(t, brokers, "beats", 1, keyOf, partOf)
+	held := testLease + 1500*time.Millisecond
+	for end := time.Now().Add(held); time.Now().Before(end); {
+		produceOne(t, brokers, "beats")
 		produced++
 		time.Sleep(100 * time.Millisecond)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for sink.AckedCount() < produced && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	if got := waitAckedWithin(sink, produced, 2*time.Second); got < produced {
+		t.Fatalf("%d of %d records delivered 2s after the last, while a cursor's commit was held %v: the commits hold the reader group's heartbeats", got, produced, held)
 	}
-	if got := sink.AckedCount(); got < produced {
-		t.Fatalf("%d of %d records delivered 2s after the last, while a cursor's commit was held %v: the commits hold the reader group's heartbeats", got, produced, hold)
-	}
-	letGo()
+	hold.letGo()
 	checkSink(t, "beats", sink, "beats", map[int32]int64{0: int64(produced)})
 }

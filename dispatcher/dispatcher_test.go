@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,70 +55,94 @@ func TestKeyOrderHoldsUnderRandomLatency(t *testing.T) {
 	})
 }
 
-// A slow key blocks only itself: 50 keys flow while one key's endpoint
-// takes 2 s per record, at >= 90% of their throughput without the slow key.
-// The two runs go side by side on one node (two subscriptions, two topics,
-// two sinks), so machine load weighs on both alike and the ratio measures
-// blocking, not noise.
+// A slow key blocks only itself: one key's endpoint does not answer its
+// first record until every record of 50 other keys, a quarter of them on
+// the slow key's own partition and behind its record, was acknowledged.
+// Had the stuck record held its partition (or the node's in-flight slots),
+// those would wait with it and WaitAcked would time out. How much of their
+// rate the others keep beside a slow key is measured by the bench
+// (scenario 2a), not asserted here.
 func TestSlowKeyDoesNotStallOtherKeys(t *testing.T) {
-	brokers := testutil.Kfake(t, 4, "hot-base", "hot-slow")
+	brokers := testutil.Kfake(t, 4, "hot")
 	rdb := testutil.StartRedis(t).Client()
 	const keys, perKey, slowRecords = 50, 100, 3
 	others := keys * perKey
 
-	setup := func(topic string, slow int) (*testutil.Sink, *subscription.Subscription) {
-		sink := testutil.StartSink(t)
-		sink.Latency = func(d *testutil.Delivery) time.Duration {
-			if d.Key == "slow" {
-				return 2 * time.Second
-			}
-			// Long enough that the endpoint, not CPU, sets the pace.
-			return 20 * time.Millisecond
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseSlow := func() { releaseOnce.Do(func() { close(release) }) }
+	var slowSent atomic.Int64 // when the slow key's first request reached the sink, unix ns
+	sink := testutil.StartSink(t)
+	sink.Latency = func(d *testutil.Delivery) time.Duration {
+		if d.Key == "slow" {
+			slowSent.CompareAndSwap(0, time.Now().UnixNano())
+			<-release
+			return 0
 		}
-		keyOf := func(i int) string {
-			if i < slow {
-				return "slow"
-			}
-			return fmt.Sprintf("key-%d", i%keys)
-		}
-		partOf := func(i int) int32 {
-			if i < slow {
-				return 0 // the slow key shares partition 0 with a quarter of the others
-			}
-			return int32(i % keys % 4)
-		}
-		produce(t, brokers, topic, others+slow, keyOf, partOf)
-		return sink, newSub("hot-"+topic, topic, sink.URL, subscription.OrderKey, 64)
+		return 20 * time.Millisecond
 	}
-	baseSink, baseSub := setup("hot-base", 0)
-	slowSink, slowSub := setup("hot-slow", slowRecords)
-	startNode(t, brokers, rdb, []*subscription.Subscription{baseSub, slowSub}, nil)
-	baseSink.WaitAcked(t, others, 2*time.Minute)
-	slowSink.WaitAcked(t, others, 2*time.Minute)
+	keyOf := func(i int) string {
+		if i < slowRecords {
+			return "slow"
+		}
+		return fmt.Sprintf("key-%d", i%keys)
+	}
+	partOf := func(i int) int32 {
+		if i < slowRecords {
+			return 0 // first on partition 0, ahead of a quarter of the others
+		}
+		return int32(i % keys % 4)
+	}
+	ends := produce(t, brokers, "hot", others+slowRecords, keyOf, partOf)
+	sub := newSub("hot", "hot", sink.URL, subscription.OrderKey, 64)
+	// The held request may time out and be sent again; each attempt is
+	// held alike, so the key stays stuck until release.
+	startNode(t, brokers, rdb, []*subscription.Subscription{sub}, nil)
+	// Registered last so it runs first: the sink's and node's shutdowns
+	// wait for the held request.
+	t.Cleanup(releaseSlow)
 
-	throughput := func(s *testutil.Sink) float64 {
-		var first, last time.Time
-		n := 0
-		for _, d := range s.Deliveries() {
-			if d.Key == "slow" {
-				continue
-			}
-			if first.IsZero() || d.Start.Before(first) {
-				first = d.Start
-			}
-			if d.End.After(last) {
-				last = d.End
-			}
+	deadline := time.Now().Add(2 * time.Minute)
+	for otherAcked(sink) < others {
+		if time.Now().After(deadline) {
+			t.Fatalf("other keys stalled behind a slow key: %d of %d acked in 2m while the slow key's first record was held (%d in flight)",
+				otherAcked(sink), others, sink.InFlight())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var lastOther time.Time
+	for _, d := range sink.Deliveries() {
+		if d.Key == "slow" {
+			t.Fatalf("the slow key's record at offset %d was answered while the sink held it", d.Offset)
+		}
+		if d.End.After(lastOther) {
+			lastOther = d.End
+		}
+	}
+	// Otherwise the test proves nothing: the slow key must have been stuck
+	// at the endpoint while the others were delivered.
+	if s := slowSent.Load(); s == 0 || !time.Unix(0, s).Before(lastOther) {
+		t.Fatalf("the slow key's first record reached the endpoint only after the other keys were done (at %v, last other at %v)",
+			time.Unix(0, s), lastOther)
+	}
+
+	releaseSlow()
+	sink.WaitAcked(t, others+slowRecords, time.Minute)
+	if v := sink.KeyOrderViolations(); len(v) > 0 {
+		t.Fatalf("%d per-key order violations, first: %s", len(v), v[0])
+	}
+	checkDelivered(t, sink, "hot", ends)
+}
+
+// otherAcked counts the acknowledged deliveries of every key but "slow".
+func otherAcked(s *testutil.Sink) int {
+	n := 0
+	for _, d := range s.Deliveries() {
+		if d.Key != "slow" && d.Status == 200 {
 			n++
 		}
-		return float64(n) / last.Sub(first).Seconds()
 	}
-	base, withSlow := throughput(baseSink), throughput(slowSink)
-	ratio := withSlow / base
-	t.Logf("other keys' throughput: %.0f rec/s alone, %.0f rec/s beside a 2s key: ratio %.3f", base, withSlow, ratio)
-	if ratio < 0.9 {
-		t.Fatalf("other keys kept %.1f%% of their throughput beside a slow key, want >= 90%%", ratio*100)
-	}
+	return n
 }
 
 // The committed offset never passes an offset the endpoint has not

@@ -86,6 +86,11 @@ type config struct {
 	load, settle, quiet, window, drain, down      time.Duration
 	restart                                       []string
 	downOne                                       bool
+	// latencies, when set, is a CSV file for the load phase's records,
+	// one row each: when it was produced, its partition, and when the
+	// median and the last subscription got it (to tell steady cost from
+	// stalls, and which partitions' records wait).
+	latencies string
 }
 
 func main() {
@@ -107,6 +112,7 @@ func main() {
 	flag.DurationVar(&c.quiet, "quiet", 30*time.Second, "wait after the warm-up before idle is measured: the warm-up's commits, flushes and garbage settle")
 	flag.DurationVar(&c.window, "window", 20*time.Second, "idle CPU is measured over this")
 	flag.DurationVar(&c.drain, "drain", 3*time.Minute, "how long to wait for the last deliveries after a phase")
+	flag.StringVar(&c.latencies, "latencies", "", "write the load phase's records to this CSV: seq, partition, produced (unix ms), p50 and last delivery (ms after produce)")
 	restart := flag.String("restart", "term,kill", "restarts of node 2 to measure: term, kill, both or none")
 	flag.BoolVar(&c.downOne, "down-one", false, "run the outage scenario instead: one endpoint down for -down among -subs")
 	flag.DurationVar(&c.down, "down", 5*time.Minute, "how long the endpoint is down with -down-one")
@@ -486,6 +492,11 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	time.Sleep(2 * time.Second) // the last fetches' bytes
 	fmt.Printf("\n## load (%g records/s for %v: %d records, %d deliveries expected)\n\n", b.c.rate, b.c.load, to-from, (to-from)*b.c.subs)
 	lat, complete := b.fanoutLatency(b.all(), from, to)
+	if b.c.latencies != "" {
+		if err := b.writeLatencies(b.c.latencies, b.all(), from, to); err != nil {
+			return err
+		}
+	}
 	fmt.Println("| | value | target | |")
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| fan-out latency p50 (produce → last of %d) | %v | | |\n", b.c.subs, pct(lat, 0.50))
@@ -562,6 +573,36 @@ func (b *bench) fanoutLatency(subs []int, from, to int) ([]time.Duration, int) {
 	}
 	slices.Sort(lat)
 	return lat, len(lat)
+}
+
+// writeLatencies writes the records [from, to) to path as CSV: for each,
+// when it was produced, its partition, and how long after that the median
+// and the last of subs got it (empty when one has not).
+func (b *bench) writeLatencies(path string, subs []int, from, to int) error {
+	b.sink.mu.Lock()
+	defer b.sink.mu.Unlock()
+	var out strings.Builder
+	out.WriteString("seq,partition,produced_unix_ms,p50_ms,last_ms\n")
+	ts := make([]int64, 0, len(subs))
+	for seq := from; seq < to; seq++ {
+		rec := b.sink.records[seq]
+		ts = ts[:0]
+		for _, sub := range subs {
+			if t := b.sink.at(sub, seq); t != 0 {
+				ts = append(ts, t-rec.produced)
+			}
+		}
+		slices.Sort(ts)
+		p50, last := "", ""
+		if len(ts) > 0 {
+			p50 = strconv.FormatFloat(float64(ts[len(ts)/2])/1e6, 'f', 1, 64)
+		}
+		if len(ts) == len(subs) && len(ts) > 0 {
+			last = strconv.FormatFloat(float64(ts[len(ts)-1])/1e6, 'f', 1, 64)
+		}
+		fmt.Fprintf(&out, "%d,%d,%d,%s,%s\n", seq, rec.partition, rec.produced/1e6, p50, last)
+	}
+	return os.WriteFile(path, []byte(out.String()), 0o644)
 }
 
 // deliveriesBetween counts the first deliveries to subs of the records

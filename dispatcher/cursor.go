@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -169,14 +170,15 @@ func (g *group) offerShared(ctx context.Context, tp topicPartition, p kgo.FetchT
 func (g *group) commitCursor(ws []*worker) {
 	g.commitMu.Lock()
 	defer g.commitMu.Unlock()
-	offsets := make(kadm.Offsets)
+	var offsets []commitOffset
 	want := make(map[topicPartition]*worker)
 	for _, w := range ws {
 		wm, ok := w.commitCandidate()
 		if !ok || !w.owned() {
 			continue
 		}
-		offsets.Add(kadm.Offset{Topic: w.tp.topic, Partition: w.tp.partition, At: wm, LeaderEpoch: -1})
+		id, _ := parseTopicID(w.topicID)
+		offsets = append(offsets, commitOffset{tp: w.tp, at: wm, topicID: id})
 		want[w.tp] = w
 	}
 	if len(want) == 0 {
@@ -193,17 +195,17 @@ func (g *group) commitCursor(ws []*worker) {
 	defer cancel()
 	started := time.Now()
 	defer func() { g.tel.commitTime.Record(ctx, time.Since(started).Seconds(), metric.WithAttributeSet(g.attrs)) }()
-	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, g.sub.GroupID(), offsets)
+	res, err := commitOffsets(ctx, cl, g.sub.GroupID(), offsets)
 	if err == nil {
-		for tp, w := range want {
-			r, ok := resp.Lookup(tp.topic, tp.partition)
+		for _, o := range offsets {
+			perr, ok := res[o.tp]
 			switch {
 			case !ok:
-				err = errors.Join(err, kerr.UnknownTopicOrPartition)
-			case r.Err != nil:
-				err = errors.Join(err, r.Err)
+				err = errors.Join(err, fmt.Errorf("%s/%d: %w", o.tp.topic, o.tp.partition, kerr.UnknownTopicOrPartition))
+			case perr != nil:
+				err = errors.Join(err, fmt.Errorf("%s/%d: %w", o.tp.topic, o.tp.partition, perr))
 			default:
-				w.committedTo(r.At)
+				want[o.tp].committedTo(o.at)
 			}
 		}
 	}
@@ -212,6 +214,18 @@ func (g *group) commitCursor(ws []*worker) {
 		g.countError("commit")
 		g.log.Warn("commit failed", "err", err)
 	}
+}
+
+// parseTopicID reads a topic ID as the assignment wrote it
+// (kadm.TopicID.String); false when it is unknown.
+func parseTopicID(s string) (kadm.TopicID, bool) {
+	var id kadm.TopicID
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, false
+	}
+	copy(id[:], b)
+	return id, id != kadm.TopicID{}
 }
 
 // readerGroup is the consumer group of the group's reader, "" none. It

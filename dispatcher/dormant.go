@@ -19,22 +19,25 @@ type dormant struct {
 	turns   func() (ended bool)
 	pending func() bool
 	end     func()
+	// spawn starts the loop's goroutine (spawner.spawn).
+	spawn func(func())
 }
 
-// newDormant returns a loop that runs nothing before begin.
-func newDormant(turns func() bool, pending func() bool, end func()) *dormant {
-	d := &dormant{turns: turns, pending: pending, end: end}
+// newDormant returns a loop that runs nothing before begin, its
+// goroutines started by spawn.
+func newDormant(spawn func(func()), turns func() bool, pending func() bool, end func()) *dormant {
+	d := &dormant{turns: turns, pending: pending, end: end, spawn: spawn}
 	d.awake.Store(true)
 	return d
 }
 
 // begin starts the loop's first goroutine; events before it wait for it.
-func (d *dormant) begin() { go d.run() }
+func (d *dormant) begin() { d.spawn(d.run) }
 
 // kick starts the loop's goroutine unless it runs.
 func (d *dormant) kick() {
 	if d.awake.CompareAndSwap(false, true) {
-		go d.run()
+		d.spawn(d.run)
 	}
 }
 

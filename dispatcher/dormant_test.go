@@ -24,7 +24,7 @@ type loopUnderTest struct {
 
 func newLoopUnderTest() *loopUnderTest {
 	l := &loopUnderTest{wake: make(chan struct{}, 1)}
-	l.d = newDormant(l.turns, func() bool { return len(l.wake) > 0 || l.stop.Load() }, func() { l.ended.Add(1) })
+	l.d = newDormant(func(f func()) { go f() }, l.turns, func() bool { return len(l.wake) > 0 || l.stop.Load() }, func() { l.ended.Add(1) })
 	return l
 }
 

@@ -96,6 +96,9 @@ type Node struct {
 	admin *kgo.Client
 	// commits are the clients the cursors commit through; closed by Run.
 	commits *committers
+	// spawn runs the deliveries and partition loop turns on reused
+	// goroutines; stopped by Run once every group stopped.
+	spawn *spawner
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -135,6 +138,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		catchups: make(chan struct{}, maxCatchups),
 		budget:   budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
+		spawn:   newSpawner(),
 		commits: newCommitters(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("keyhook-" + cfg.NodeID + "-commit")}, cfg.KafkaOptions...)),
 	}
 	n.renewer = newRenewer(tracker, cfg.lease(), n.log)
@@ -259,6 +263,7 @@ func (n *Node) Run(ctx context.Context) error {
 	stopLoops()
 	<-loopsDone
 	n.commits.close()
+	n.spawn.stop()
 	stopFlusher()
 	<-flusherDone
 	<-renewerDone

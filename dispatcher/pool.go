@@ -121,19 +121,19 @@ func (p *pool) gated() bool { return p.rate != nil || p.br != nil }
 // the delivery's cost, not the partition's.
 func (p *pool) startJob(j job) {
 	p.running.Add(1)
-	go func() {
+	p.g.n.spawn.spawn(func() {
 		defer p.running.Done()
 		p.serve(p.g.newFlight(j.w, j.rec, nil))
-	}()
+	})
 }
 
 // startBatch does the same for a batch.
 func (p *pool) startBatch(w *worker, jobs []job) {
 	p.running.Add(1)
-	go func() {
+	p.g.n.spawn.spawn(func() {
 		defer p.running.Done()
 		p.serve(p.g.newBatchFlight(w, jobs))
-	}()
+	})
 }
 
 // startRedrive delivers an injected redrive in the redrive slot its

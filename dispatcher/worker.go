@@ -232,7 +232,7 @@ func newWorker(g *group, tp topicPartition, gen int32, ranges keyrange.Set) *wor
 		lease: newLease(g.n.cfg.lease()),
 	}
 	// No goroutine before start: what comes before it waits in the mail.
-	w.loop = newDormant(w.turns, func() bool { return len(w.mail.wake) > 0 || w.ctx.Err() != nil }, w.finish)
+	w.loop = newDormant(g.n.spawn.spawn, w.turns, func() bool { return len(w.mail.wake) > 0 || w.ctx.Err() != nil }, w.finish)
 	w.mail = newMailbox(w.loop.kick)
 	// A whole partition is nil, as the machine wants it.
 	if !ranges.IsFull() {

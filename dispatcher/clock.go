@@ -35,6 +35,7 @@ func (w *worker) nextDue(now time.Time) time.Time {
 	if !w.m.Claimed() || w.m.Fenced() {
 		return next
 	}
+	at(w.hold.due())
 	tick := now.Add(w.g.n.cfg.FlushInterval)
 	if !w.m.Stopped() {
 		// A detached cursor waiting for a catch-up slot asks again.

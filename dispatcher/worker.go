@@ -143,6 +143,8 @@ type worker struct {
 	batchArmed bool
 	// refused: the renewer had the claim refused; the next flush writes.
 	refused bool
+	// hold holds back a write while the answers of what was sent are due.
+	hold flushHold
 }
 
 // progress is a record's latest attempt.
@@ -566,6 +568,7 @@ func (w *worker) processResults() {
 			continue
 		}
 		w.m.Done(e, res.acked)
+		w.hold.answer()
 	}
 	if w.drained != nil && w.m.InFlight() == 0 {
 		close(w.drained)
@@ -651,7 +654,11 @@ func (w *worker) flush() {
 		w.g.live.check(w.g.log, now)
 		member = w.g.live.confirmedAt(now)
 	}
-	if !w.m.Dirty() && !w.m.Behind() && !(live && (noted || !member || w.refused || w.lease.runsLow())) {
+	urgent := live && (noted || !member || w.refused || w.lease.runsLow())
+	if !w.m.Dirty() && !w.m.Behind() && !urgent {
+		return
+	}
+	if !urgent && !w.m.Behind() && w.hold.hold(time.Now(), w.m.Pending()) {
 		return
 	}
 	if live {
@@ -659,6 +666,7 @@ func (w *worker) flush() {
 	}
 	w.refused = false
 	w.flushing = true
+	w.hold.wrote()
 	w.g.n.flusher.submit(w.flushReq())
 }
 

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,8 @@ type member struct {
 	// committing is set while a commit of the group runs: a commit
 	// slower than the interval is not piled upon.
 	committing atomic.Bool
+	// slice is the part of the commit interval the group commits in.
+	slice int
 }
 
 func newLoops(n *Node) *loops {
@@ -59,7 +62,7 @@ func newLoops(n *Node) *loops {
 
 // join adds g to every loop.
 func (l *loops) join(g *group) {
-	m := &member{g: g}
+	m := &member{g: g, slice: commitSlice(g.sub.ID)}
 	l.mu.Lock()
 	l.members[g] = m
 	l.fresh = append(l.fresh, m)
@@ -142,25 +145,40 @@ func (l *loops) run(ctx context.Context) {
 // would only queue there (committers.go), each holding a goroutine.
 const maxCommitsInFlight = 64
 
-// commitLoop commits every group's watermarks each CommitInterval. The
-// groups with something to commit commit concurrently, up to
-// maxCommitsInFlight, so a slow one delays no other; when commits take
-// longer than the interval allows, each group's commits come less often
-// (ticks are dropped while the loop waits for room).
+// commitSlices is how many parts of the commit interval the groups'
+// commits are spread over: a thousand cursors committing at one tick made
+// a burst each second, of the node's CPU and of OffsetCommits at the
+// coordinator, that the deliveries of that moment waited behind.
+const commitSlices = 8
+
+// commitSlice is the part of the commit interval subscription id's
+// group commits in.
+func commitSlice(id string) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % commitSlices)
+}
+
+// commitLoop commits every group's watermarks each CommitInterval, each
+// group in its slice of the interval (commitSlice). The groups with
+// something to commit commit concurrently, up to maxCommitsInFlight, so
+// a slow one delays no other; when commits take longer than the interval
+// allows, each group's commits come less often (ticks are dropped while
+// the loop waits for room).
 func (l *loops) commitLoop(ctx context.Context) {
-	t := time.NewTicker(l.n.cfg.CommitInterval)
+	t := time.NewTicker(max(l.n.cfg.CommitInterval/commitSlices, time.Millisecond))
 	defer t.Stop()
 	var commits sync.WaitGroup
 	defer commits.Wait()
 	room := make(chan struct{}, maxCommitsInFlight)
-	for {
+	for slice := 0; ; slice = (slice + 1) % commitSlices {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		for _, m := range l.snapshot() {
-			if !m.g.hasCommit() || !m.committing.CompareAndSwap(false, true) {
+			if m.slice != slice || !m.g.hasCommit() || !m.committing.CompareAndSwap(false, true) {
 				continue
 			}
 			select {

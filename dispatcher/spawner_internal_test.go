@@ -60,7 +60,7 @@ func TestSpawnerReusesAGoroutineAndKeepsNoneIdle(t *testing.T) {
 		}
 	}
 
-	testutil.WaitFor(t, spareFor+5*time.Second, "the spares gone after spareFor", func() bool { return runtime.NumGoroutine() <= base })
+	testutil.WaitFor(t, 2*spareFor+5*time.Second, "the spares gone after spareFor", func() bool { return runtime.NumGoroutine() <= base })
 	done := make(chan struct{})
 	s.spawn(func() { close(done) })
 	<-done

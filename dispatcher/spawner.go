@@ -15,21 +15,38 @@ const spareFor = time.Second
 // thousands of such goroutines a second, and each new one grew its stack
 // from the minimum again on its way into the HTTP client or the loop:
 // copying stacks took a tenth of the node's CPU. A reused goroutine keeps
-// its grown stack; an idle node keeps none past spareFor.
+// its grown stack; an idle node keeps none past 2×spareFor.
 //
-// The node owns it; stop ends the spares that wait. A task's own owner
-// (the pool, the worker) still waits for it as it did for a goroutine.
+// Each spare waits on a channel of its own, the most recently parked
+// handed the next task: one shared channel, and a select over it and a
+// timer in every spare, cost more in locks than the stacks saved at
+// 40,000 deliveries a second. A janitor goroutine, running while spares
+// exist, ends those idle for spareFor.
+//
+// The node owns it; stop ends the spares that wait and the janitor. A
+// task's own owner (the pool, the worker) still waits for it as it did
+// for a goroutine.
 type spawner struct {
-	// tasks hands a task to a spare that waits; unbuffered, so a send
-	// succeeds only when one does.
-	tasks    chan func()
-	done     chan struct{}
-	stopOnce sync.Once
+	// mu guards the fields below it.
+	mu sync.Mutex
+	// idle are the spares waiting, the longest idle first.
+	idle []*spare
+	// spares counts the spare goroutines alive, busy or idle.
+	spares int
+	// janitor is set while the janitor runs; stopped once stop ran.
+	janitor, stopped bool
+	done             chan struct{}
 }
 
-func newSpawner() *spawner {
-	return &spawner{tasks: make(chan func()), done: make(chan struct{})}
+// spare is one reusable goroutine.
+type spare struct {
+	// tasks hands it its next task; nil ends it.
+	tasks chan func()
+	// parked is when it last went idle; guarded by spawner.mu.
+	parked time.Time
 }
+
+func newSpawner() *spawner { return &spawner{done: make(chan struct{})} }
 
 // spawn runs f on a spare goroutine, or on a new one when none waits (or
 // without a spawner, as a node built in a test has none).
@@ -38,39 +55,102 @@ func (s *spawner) spawn(f func()) {
 		go f()
 		return
 	}
-	select {
-	case s.tasks <- f:
-	default:
-		go s.run(f)
+	s.mu.Lock()
+	if n := len(s.idle); n > 0 {
+		sp := s.idle[n-1]
+		s.idle[n-1] = nil
+		s.idle = s.idle[:n-1]
+		s.mu.Unlock()
+		sp.tasks <- f
+		return
 	}
+	s.spares++
+	if !s.janitor && !s.stopped {
+		s.janitor = true
+		go s.clean()
+	}
+	s.mu.Unlock()
+	go s.run(&spare{tasks: make(chan func(), 1)}, f)
 }
 
-// run runs f, then the tasks handed to it, until a whole spareFor passed
-// without one, or stop. Its timer is not reset per task (at tens of
-// thousands of tasks a second that was the spares' main cost): it fires
-// every spareFor, and ends the goroutine when no task came since.
-func (s *spawner) run(f func()) {
-	f()
-	t := time.NewTimer(spareFor)
+// run runs f, then the tasks handed to sp, until it is handed nil or the
+// spawner stopped.
+func (s *spawner) run(sp *spare, f func()) {
+	for f != nil {
+		f()
+		if !s.park(sp) {
+			break
+		}
+		f = <-sp.tasks
+	}
+	s.mu.Lock()
+	s.spares--
+	s.mu.Unlock()
+}
+
+// park puts sp among the idle; false once the spawner stopped.
+func (s *spawner) park(sp *spare) bool {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	sp.parked = now
+	s.idle = append(s.idle, sp)
+	return true
+}
+
+// clean ends, every spareFor, the spares idle since the last time, until
+// none is left or stop.
+func (s *spawner) clean() {
+	t := time.NewTicker(spareFor)
 	defer t.Stop()
-	ran := false
 	for {
 		select {
-		case f := <-s.tasks:
-			f()
-			ran = true
-		case <-t.C:
-			if !ran {
-				return
-			}
-			ran = false
-			t.Reset(spareFor)
 		case <-s.done:
+			return
+		case <-t.C:
+		}
+		cutoff := time.Now().Add(-spareFor)
+		s.mu.Lock()
+		n := 0
+		for n < len(s.idle) && s.idle[n].parked.Before(cutoff) {
+			n++
+		}
+		old := append([]*spare(nil), s.idle[:n]...)
+		rest := copy(s.idle, s.idle[n:])
+		clear(s.idle[rest:])
+		s.idle = s.idle[:rest]
+		last := s.spares == len(old)
+		if last {
+			s.janitor = false
+		}
+		s.mu.Unlock()
+		for _, sp := range old {
+			sp.tasks <- nil
+		}
+		if last {
 			return
 		}
 	}
 }
 
-// stop ends the spares waiting now and those that finish a task later;
-// spawn still runs tasks after it, each on a goroutine that ends with it.
-func (s *spawner) stop() { s.stopOnce.Do(func() { close(s.done) }) }
+// stop ends the spares waiting now, those that finish a task later, and
+// the janitor; spawn still runs tasks after it, each on a goroutine that
+// ends with it.
+func (s *spawner) stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	idle := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	close(s.done)
+	for _, sp := range idle {
+		sp.tasks <- nil
+	}
+}

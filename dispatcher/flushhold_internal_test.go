@@ -1,6 +1,9 @@
 package dispatcher
 
 import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keyhook/keyhook/partition"
 	"testing"
 	"time"
 )
@@ -39,5 +42,28 @@ func TestFlushHoldWaitsForAnswersOnly(t *testing.T) {
 	h.wrote()
 	if !h.hold(now, 1) {
 		t.Fatal("the answer outlived the write")
+	}
+}
+
+// A held write never holds one that must go at once: with a record out
+// and no answer, the partition's write waits while its membership is
+// confirmed, and goes at the next turn once it is not, so that a new
+// owner's claim fences the attempts here within a round (worker.flush).
+func TestAHeldWriteGoesAtOnceWhenTheMembershipIsUnconfirmed(t *testing.T) {
+	w := leasedWorker(t, 4*time.Second)
+	w.g.log = discard
+	w.log = discard
+	w.g.n.flusher = newFlusher(nil, time.Hour)
+	w.epoch = 1 // as a claim sets it
+	w.m.Offer([]partition.Record[*kgo.Record]{{Offset: 0, Key: []byte("k"), Payload: &kgo.Record{}}})
+
+	w.flush()
+	if w.flushing {
+		t.Fatal("the write of a record accepted and not answered went at once; want it held for the answer")
+	}
+	w.g.live.until.Store(0) // the coordinator's confirmation ran out
+	w.flush()
+	if !w.flushing {
+		t.Fatal("with the membership unconfirmed the write was held; want it written at once")
 	}
 }

@@ -649,8 +649,8 @@ func (w *worker) flush() {
 	// round, so a new owner's claim fences the attempts in flight here
 	// within a round, not at the next change.
 	member := true
+	now := time.Now()
 	if live {
-		now := time.Now()
 		w.g.live.check(w.g.log, now)
 		member = w.g.live.confirmedAt(now)
 	}
@@ -658,7 +658,7 @@ func (w *worker) flush() {
 	if !w.m.Dirty() && !w.m.Behind() && !urgent {
 		return
 	}
-	if !urgent && !w.m.Behind() && w.hold.hold(time.Now(), w.m.Pending()) {
+	if !urgent && !w.m.Behind() && w.hold.hold(now, w.m.Pending()) {
 		return
 	}
 	if live {

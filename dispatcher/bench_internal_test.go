@@ -40,8 +40,8 @@ type noTracker struct{}
 func (noTracker) Load(context.Context, []tracking.PartitionKey) (map[tracking.PartitionKey]tracking.PartitionState, error) {
 	return nil, nil
 }
-func (noTracker) ClaimRanges(context.Context, tracking.PartitionKey, string, int32, string, keyrange.Set) (tracking.Claim, error) {
-	return tracking.Claim{}, nil
+func (noTracker) ClaimMany(_ context.Context, cs []tracking.PartitionClaim) []tracking.ClaimResult {
+	return make([]tracking.ClaimResult, len(cs))
 }
 func (noTracker) FlushRanges(_ context.Context, fs []tracking.PartitionFlush) []tracking.FlushResult {
 	out := make([]tracking.FlushResult, len(fs))

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -10,9 +9,10 @@ import (
 )
 
 // claim takes the partition over in the tracker: a new epoch fences the
-// previous owner, and its acked offsets are skipped here. The claim runs
-// off the loop, which goes on dispatching; its result comes back to
-// claimed.
+// previous owner, and its acked offsets are skipped here. The claim goes
+// in the node's next round of claims (claimer) while the loop goes on
+// dispatching; its result comes back to claimed. The worker's stop waits
+// for the answer (bg), so no claim lands after its release.
 func (w *worker) claim() {
 	if w.claiming || w.retired.Load() {
 		return
@@ -21,15 +21,10 @@ func (w *worker) claim() {
 	if _, gen := w.g.client().GroupMetadata(); gen > w.gen {
 		w.gen = gen
 	}
-	gen, topicID, ranges, sent := w.gen, w.topicID, w.claimRanges(), w.since()
+	ranges := w.claimRanges()
 	w.bg.Add(1)
-	go func() {
-		defer w.bg.Done()
-		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
-		defer cancel()
-		c, err := w.g.n.tracker.ClaimRanges(ctx, w.pk, w.g.n.cfg.NodeID, gen, topicID, ranges)
-		w.mail.postClaim(claimResult{c: c, ranges: ranges, err: err, sent: sent})
-	}()
+	w.g.n.claims.submit(claimReq{w: w, ranges: ranges, sent: w.since(), c: tracking.PartitionClaim{
+		Key: w.pk, Owner: w.g.n.cfg.NodeID, Generation: w.gen, TopicID: w.topicID, Ranges: ranges}})
 }
 
 // claimed applies the result of a claim.

@@ -32,12 +32,14 @@ type Sender interface {
 
 // Tracker keeps partition state where another node can find it;
 // tracking.Store implements it. A claim is of a partition's key ranges
-// (all of them unless the partition is shared); ClaimRanges is given the
+// (all of them unless the partition is shared); a claim is given the
 // topic's Kafka ID ("" unknown) so that state of a deleted topic of the
 // same name is dropped, not resumed; Load is read at assignment, to
 // resume a partition whose group commit is gone at its tracked watermark.
 type Tracker interface {
-	ClaimRanges(ctx context.Context, pk tracking.PartitionKey, owner string, generation int32, topicID string, ranges keyrange.Set) (tracking.Claim, error)
+	// ClaimMany claims many partitions in one round trip, answering each
+	// in order.
+	ClaimMany(ctx context.Context, cs []tracking.PartitionClaim) []tracking.ClaimResult
 	Load(ctx context.Context, pks []tracking.PartitionKey) (map[tracking.PartitionKey]tracking.PartitionState, error)
 	// FlushRanges and ReleaseMany write many partitions in one round
 	// trip, answering each in order; a flush answers the partition's
@@ -73,6 +75,8 @@ type Node struct {
 	// flusher writes the tracking state of all partitions, one round per
 	// FlushInterval.
 	flusher *flusher
+	// claims makes the partitions' claims, pipelined in rounds.
+	claims *claimer
 	// renewer renews the ownership leases of the node's partitions.
 	renewer *renewer
 	// loops commit, read the topics and poll the redrive queues of every
@@ -138,6 +142,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		catchups: make(chan struct{}, maxCatchups),
 		budget:   budget, parkBudget: parkBudget,
 		flusher: newFlusher(tracker, cfg.FlushInterval),
+		claims:  newClaimer(tracker),
 		spawn:   newSpawner(),
 		commits: newCommitters(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("keyhook-" + cfg.NodeID + "-commit")}, cfg.KafkaOptions...)),
 	}
@@ -226,7 +231,9 @@ func (n *Node) groups() []*group {
 // Run follows the subscription set until ctx ends, then stops every group
 // gracefully (drain, flush, commit, leave) and returns once all stopped.
 // The flusher runs until the last group stopped: a group writes its final
-// state itself, but its partitions flush through the flusher until then.
+// state itself, but its partitions flush through the flusher until then;
+// the renewer and the claimer too, since a stopping worker waits for its
+// claim's answer.
 func (n *Node) Run(ctx context.Context) error {
 	fctx, stopFlusher := context.WithCancel(context.Background())
 	flusherDone := make(chan struct{})
@@ -238,6 +245,11 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() {
 		defer close(renewerDone)
 		n.renewer.run(fctx)
+	}()
+	claimerDone := make(chan struct{})
+	go func() {
+		defer close(claimerDone)
+		n.claims.run(fctx)
 	}()
 	// The loops stop once the last group left them.
 	lctx, stopLoops := context.WithCancel(context.Background())
@@ -267,6 +279,7 @@ func (n *Node) Run(ctx context.Context) error {
 	stopFlusher()
 	<-flusherDone
 	<-renewerDone
+	<-claimerDone
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("dispatcher: watch subscriptions: %w", err)
 	}

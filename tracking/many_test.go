@@ -3,7 +3,10 @@ package tracking
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/keyhook/keyhook/internal/testutil"
 	"github.com/keyhook/keyhook/tracking/offsets"
@@ -188,4 +191,109 @@ func newClusterStore(t *testing.T) (*Store, *redis.ClusterClient) {
 		t.Fatal(err)
 	}
 	return s, rdb
+}
+
+// claimShapes leaves sub's partitions 0–3 in the shapes a claim meets:
+// no state; a whole claim of node-b's with acked offsets; a live claim of
+// a newer generation; two sharers' claims with different acked offsets
+// (a union the claim must store afterwards).
+func claimShapes(t *testing.T, s *Store, sub string) []PartitionKey {
+	t.Helper()
+	ctx := context.Background()
+	pks := make([]PartitionKey, 4)
+	for p := range pks {
+		pks[p] = PartitionKey{Subscription: sub, Topic: "orders", Partition: int32(p)}
+	}
+	b := mustClaim(t, s, pks[1], "node-b", 1)
+	if err := s.Flush(ctx, pks[1], Flush{Epoch: b.Epoch, Acked: setOf(offsets.Range{Start: 12, End: 14}), Watermark: 10, Committed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, pks[2], "node-b", 5)
+	lo := mustClaimRanges(t, s, pks[3], "node-b", 1, lower)
+	hi := mustClaimRanges(t, s, pks[3], "node-c", 1, upper)
+	if err := s.Flush(ctx, pks[3], Flush{Epoch: lo.Epoch, Ranges: lower, Acked: setOf(offsets.Range{Start: 20, End: 22}), Watermark: 15, Committed: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx, pks[3], Flush{Epoch: hi.Epoch, Ranges: upper, Acked: setOf(offsets.Range{Start: 30, End: 31}), Watermark: 15, Committed: -1}); err != nil {
+		t.Fatal(err)
+	}
+	return pks
+}
+
+// ClaimMany makes its claims in one pipeline (and one more for the
+// unions of sharers' acked offsets it stores), and answers and stores
+// exactly what ClaimRanges one at a time would: a new owner restarting
+// with thousands of partitions claims them all at the cost of a few round
+// trips. A fenced or invalid claim fails alone.
+func TestClaimManyIsOnePipelineAndClaimsAsClaimRangesWould(t *testing.T) {
+	ctx := context.Background()
+	s, rdb, _ := newStore(t, Config{})
+	one := claimShapes(t, s, "sub-one")
+	many := claimShapes(t, s, "sub-many")
+
+	var want []ClaimResult
+	for _, pk := range one {
+		c, err := s.ClaimRanges(ctx, pk, "node-a", 2, "", nil)
+		want = append(want, ClaimResult{Claim: c, Err: err})
+	}
+	cs := []PartitionClaim{{Key: PartitionKey{Subscription: "bad{", Topic: "orders"}, Owner: "node-a", Generation: 2}}
+	for _, pk := range many {
+		cs = append(cs, PartitionClaim{Key: pk, Owner: "node-a", Generation: 2})
+	}
+	rec := &recorder{}
+	rdb.AddHook(rec)
+	got := s.ClaimMany(ctx, cs)
+	if rec.pipelines != 2 || rec.roundTrips() != 2 {
+		t.Errorf("ClaimMany of %d claims made %d round trips in %d pipelines (%v); want 2: the claims, then the union's store", len(cs), rec.roundTrips(), rec.pipelines, rec.commands())
+	}
+	if got[0].Err == nil {
+		t.Errorf("the claim of an invalid key answered no error")
+	}
+	got = got[1:]
+	for i := range want {
+		if (want[i].Err == nil) != (got[i].Err == nil) || (want[i].Err != nil && errors.Is(want[i].Err, ErrFenced) != errors.Is(got[i].Err, ErrFenced)) {
+			t.Fatalf("partition %d: ClaimMany answered %v, ClaimRanges %v", i, got[i].Err, want[i].Err)
+		}
+		// Epochs are the server's clock in microseconds: each claim's own.
+		a, b := want[i].Claim, got[i].Claim
+		a.Epoch, b.Epoch = 0, 0
+		if diff := cmp.Diff(a, b, cmp.Comparer(func(a, b *offsets.Set) bool {
+			return (a == nil) == (b == nil) && (a == nil || a.String() == b.String())
+		})); diff != "" {
+			t.Errorf("partition %d: ClaimMany's claim differs from ClaimRanges' (-one +many):\n%s", i, diff)
+		}
+		sa, sb := storedAs(t, s, rdb, one[i]), storedAs(t, s, rdb, many[i])
+		if diff := cmp.Diff(sa, sb); diff != "" {
+			t.Errorf("partition %d: ClaimMany stored other fields than ClaimRanges (-one +many):\n%s", i, diff)
+		}
+	}
+	if !errors.Is(got[2].Err, ErrFenced) {
+		t.Errorf("the claim under a live newer generation answered %v; want ErrFenced", got[2].Err)
+	}
+	if !got[1].Claim.Acked.Contains(13) || got[1].Claim.PrevOwner != "node-b" {
+		t.Errorf("the takeover answered %+v; want node-b's acked offsets", got[1].Claim)
+	}
+	if a := got[3].Claim.Acked; !a.Contains(21) || !a.Contains(30) {
+		t.Errorf("the claim over two sharers answered acked %v; want both sharers' offsets", a)
+	}
+	if st := load(t, s, many[3]); !st.Acked.Contains(21) || !st.Acked.Contains(30) {
+		t.Errorf("the claim over two sharers stored acked %v; want the union", st.Acked)
+	}
+}
+
+// storedAs is pk's stored HASH with its epoch (the server's clock when
+// claimed) written "EPOCH" and the times the server stamps left out, to
+// compare two partitions' states.
+func storedAs(t *testing.T, s *Store, rdb *redis.Client, pk PartitionKey) map[string]string {
+	t.Helper()
+	h := stored(t, s, rdb, pk)
+	e := h["epoch"]
+	out := map[string]string{}
+	for f, v := range h {
+		if strings.HasSuffix(f, ":"+fieldUpdated) || strings.HasSuffix(f, ":claimed") {
+			continue
+		}
+		out[strings.ReplaceAll(f, e, "EPOCH")] = strings.ReplaceAll(v, e, "EPOCH")
+	}
+	return out
 }

@@ -172,40 +172,89 @@ type Floor struct {
 // are dropped instead of returned, for the whole partition (the claim
 // reports their ID in DiscardedTopicID), and the state records topicID.
 func (s *Store) ClaimRanges(ctx context.Context, pk PartitionKey, owner string, generation int32, topicID string, ranges keyrange.Set) (Claim, error) {
-	if err := pk.validate(); err != nil {
-		return Claim{}, fmt.Errorf("tracking: claim: %w", err)
-	}
-	if owner == "" {
-		return Claim{}, fmt.Errorf("tracking: claim %s: empty owner", pk)
-	}
-	rs, err := claimedRanges(ranges)
-	if err != nil {
-		return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
-	}
-	res, err := claimCmd.Run(ctx, s.rdb, []string{s.key(pk)}, owner, generation, s.staleMS, topicID, rs.String()).Slice()
-	if err != nil {
-		return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
-	}
-	switch status(res) {
-	case "ok":
-		c, blobs, err := decodeClaim(res)
+	r := s.ClaimMany(ctx, []PartitionClaim{{Key: pk, Owner: owner, Generation: generation, TopicID: topicID, Ranges: ranges}})[0]
+	return r.Claim, r.Err
+}
+
+// PartitionClaim is one claim of a ClaimMany round: ClaimRanges'
+// arguments.
+type PartitionClaim struct {
+	Key        PartitionKey
+	Owner      string
+	Generation int32
+	TopicID    string
+	Ranges     keyrange.Set
+}
+
+// ClaimResult is the outcome of one claim of ClaimMany.
+type ClaimResult struct {
+	Claim Claim
+	// Err is nil when the claim was made; it wraps ErrFenced when a newer
+	// claim refused it.
+	Err error
+}
+
+// ClaimMany makes every claim of cs as ClaimRanges does, pipelined in
+// one round trip under ctx's one deadline: a node restarting with
+// thousands of partitions claims them at the cost of a few round trips,
+// not thousands of connections' worth of waiting for the pool. Each claim
+// stands alone (its own script call, its own fencing) and answers in cs's
+// order.
+func (s *Store) ClaimMany(ctx context.Context, cs []PartitionClaim) []ClaimResult {
+	out := make([]ClaimResult, len(cs))
+	calls := make([]scriptCall, 0, len(cs))
+	idx := make([]int, 0, len(cs))
+	for i, pc := range cs {
+		if err := pc.Key.validate(); err != nil {
+			out[i].Err = fmt.Errorf("tracking: claim: %w", err)
+			continue
+		}
+		if pc.Owner == "" {
+			out[i].Err = fmt.Errorf("tracking: claim %s: empty owner", pc.Key)
+			continue
+		}
+		rs, err := claimedRanges(pc.Ranges)
 		if err != nil {
-			return Claim{}, fmt.Errorf("tracking: claim %s: %w", pk, err)
+			out[i].Err = fmt.Errorf("tracking: claim %s: %w", pc.Key, err)
+			continue
 		}
-		if blobs > 1 {
-			// The script stores a single taken-over set itself; a union
-			// must be computed here. Until it is stored (or should this
-			// write fail) the claim's first flush stores it: the window
-			// risks duplicates, never a loss, since the floors are stored.
-			_ = s.runMany(ctx, []scriptCall{{script: seedCmd, keys: []string{s.key(pk)}, args: []any{c.Epoch, c.Acked.AppendBinary(nil)}}})
-		}
-		return c, nil
-	case "fenced":
-		return Claim{}, fmt.Errorf("tracking: claim %s with generation %d: %w (generation %v held by %q, updated %vms ago)",
-			pk, generation, ErrFenced, at(res, 1), at(res, 2), at(res, 3))
-	default:
-		return Claim{}, fmt.Errorf("tracking: claim %s: unexpected script reply %v", pk, res)
+		calls = append(calls, scriptCall{script: claimCmd, keys: []string{s.key(pc.Key)},
+			args: []any{pc.Owner, pc.Generation, s.staleMS, pc.TopicID, rs.String()}})
+		idx = append(idx, i)
 	}
+	var seeds []scriptCall
+	for j, res := range s.runMany(ctx, calls) {
+		i := idx[j]
+		pc := cs[i]
+		if res.err != nil {
+			out[i].Err = fmt.Errorf("tracking: claim %s: %w", pc.Key, res.err)
+			continue
+		}
+		switch status(res.reply) {
+		case "ok":
+			c, blobs, err := decodeClaim(res.reply)
+			if err != nil {
+				out[i].Err = fmt.Errorf("tracking: claim %s: %w", pc.Key, err)
+				continue
+			}
+			if blobs > 1 {
+				// The script stores a single taken-over set itself; a
+				// union must be computed here. Until it is stored (or
+				// should this write fail) the claim's first flush stores
+				// it: the window risks duplicates, never a loss, since the
+				// floors are stored.
+				seeds = append(seeds, scriptCall{script: seedCmd, keys: []string{s.key(pc.Key)}, args: []any{c.Epoch, c.Acked.AppendBinary(nil)}})
+			}
+			out[i].Claim = c
+		case "fenced":
+			out[i].Err = fmt.Errorf("tracking: claim %s with generation %d: %w (generation %v held by %q, updated %vms ago)",
+				pc.Key, pc.Generation, ErrFenced, at(res.reply, 1), at(res.reply, 2), at(res.reply, 3))
+		default:
+			out[i].Err = fmt.Errorf("tracking: claim %s: unexpected script reply %v", pc.Key, res.reply)
+		}
+	}
+	_ = s.runMany(ctx, seeds)
+	return out
 }
 
 // claimedRanges normalises the ranges of a claim or flush: none means the

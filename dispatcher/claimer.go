@@ -1,0 +1,130 @@
+package dispatcher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/keyhook/keyhook/keyrange"
+	"github.com/keyhook/keyhook/tracking"
+)
+
+// claimTimeout bounds one round of claims.
+const claimTimeout = 5 * time.Second
+
+// maxClaimRound caps the claims of one round, so that a round of a node
+// taking thousands of partitions over still answers well within
+// claimTimeout; the rest go in the next round, at once.
+const maxClaimRound = 512
+
+// claimer makes the node's claims in pipelined rounds. A round starts as
+// soon as a claim waits and none is in flight; the claims that come while
+// one is go together in the next. A lone claim costs one round trip, as
+// before; a node restarting with 4,000 cursor partitions made 4,000 calls
+// at once, which waited for the Redis pool's connections until hundreds
+// ran past their deadline and were retried.
+//
+// The node owns it and runs it until its last group stopped (Run): a
+// worker stopping waits for its claim's answer, which run always gives.
+type claimer struct {
+	tracker Tracker
+	// wake has room for one signal: a claim is waiting.
+	wake chan struct{}
+
+	// mu guards pending.
+	mu      sync.Mutex
+	pending []claimReq
+}
+
+// claimReq is one worker's claim waiting for a round.
+type claimReq struct {
+	w *worker
+	c tracking.PartitionClaim
+	// sent is when the claim was asked for, on the worker's clock: its
+	// lease runs from then.
+	sent   time.Duration
+	ranges keyrange.Set
+}
+
+func newClaimer(tracker Tracker) *claimer {
+	return &claimer{tracker: tracker, wake: make(chan struct{}, 1)}
+}
+
+// submit queues r for the next round and never blocks. The worker claims
+// again only once the answer to this one came back (worker.claiming).
+func (c *claimer) submit(r claimReq) {
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run makes rounds until ctx ends, then answers what still waits with
+// ctx's error.
+func (c *claimer) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			for _, r := range c.take(-1) {
+				r.answer(claimResult{ranges: r.ranges, sent: r.sent, err: ctx.Err()})
+			}
+			return
+		case <-c.wake:
+			for ctx.Err() == nil && c.round(ctx) {
+			}
+		}
+	}
+}
+
+// take removes up to max pending claims (all when max < 0).
+func (c *claimer) take(max int) []claimReq {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.pending)
+	if max >= 0 && n > max {
+		n = max
+	}
+	reqs := make([]claimReq, n)
+	copy(reqs, c.pending)
+	c.pending = append(c.pending[:0], c.pending[n:]...)
+	return reqs
+}
+
+// round makes up to maxClaimRound claims under one deadline and answers
+// each worker; it reports whether it made any.
+func (c *claimer) round(ctx context.Context) bool {
+	reqs := c.take(maxClaimRound)
+	// A worker stopping gets its context's error, as its own call would
+	// have returned.
+	live := reqs[:0]
+	for _, r := range reqs {
+		if err := r.w.ctx.Err(); err != nil {
+			r.answer(claimResult{ranges: r.ranges, sent: r.sent, err: err})
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return len(reqs) > 0
+	}
+	cs := make([]tracking.PartitionClaim, len(live))
+	for i, r := range live {
+		cs[i] = r.c
+	}
+	rctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	res := c.tracker.ClaimMany(rctx, cs)
+	cancel()
+	for i, r := range live {
+		r.answer(claimResult{c: res[i].Claim, err: res[i].Err, ranges: r.ranges, sent: r.sent})
+	}
+	return true
+}
+
+// answer hands the worker its claim's result and lets it stop.
+func (r claimReq) answer(res claimResult) {
+	r.w.mail.postClaim(res)
+	r.w.bg.Done()
+}

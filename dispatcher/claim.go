@@ -35,13 +35,15 @@ func (w *worker) claimed(r claimResult) {
 	}
 	if err := r.err; err != nil {
 		w.g.countError("claim")
+		refused := errors.Is(err, tracking.ErrFenced)
+		// A failure to reach Redis the claimer said, once for its round;
+		// a refusal is this partition's own.
 		if w.m.Claimed() {
 			// A claim again after a refused flush: refused in favour of a
-			// newer generation, the partition is another owner's.
-			if errors.Is(err, tracking.ErrFenced) {
+			// newer generation, the partition is another owner's; else
+			// the next flush retries.
+			if refused {
 				w.becomeFenced(err)
-			} else {
-				w.log.Warn("claim again failed; will retry", "err", err)
 			}
 			return
 		}
@@ -50,7 +52,9 @@ func (w *worker) claimed(r claimResult) {
 		// newer generation (claim reads it). Until then the partition is
 		// assigned but not claimed, which status and metrics show.
 		wait := w.claimWait.Next()
-		w.log.Warn("claim failed; retrying", "err", err, "in", wait)
+		if refused {
+			w.log.Warn("claim failed; retrying", "err", err, "in", wait)
+		}
 		w.claimAt = time.Now().Add(wait)
 		return
 	}

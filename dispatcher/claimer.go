@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -28,12 +30,18 @@ const maxClaimRound = 512
 // worker stopping waits for its claim's answer, which run always gives.
 type claimer struct {
 	tracker Tracker
+	log     *slog.Logger
 	// wake has room for one signal: a claim is waiting.
 	wake chan struct{}
 
 	// mu guards pending.
 	mu      sync.Mutex
 	pending []claimReq
+
+	// failing is set while rounds fail for want of Redis, said once and
+	// not once per partition; only run's goroutine uses it. A refused
+	// claim is its partition's news, which its worker says.
+	failing bool
 }
 
 // claimReq is one worker's claim waiting for a round.
@@ -46,8 +54,8 @@ type claimReq struct {
 	ranges keyrange.Set
 }
 
-func newClaimer(tracker Tracker) *claimer {
-	return &claimer{tracker: tracker, wake: make(chan struct{}, 1)}
+func newClaimer(tracker Tracker, log *slog.Logger) *claimer {
+	return &claimer{tracker: tracker, log: log, wake: make(chan struct{}, 1)}
 }
 
 // submit queues r for the next round and never blocks. The worker claims
@@ -117,8 +125,24 @@ func (c *claimer) round(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	res := c.tracker.ClaimMany(rctx, cs)
 	cancel()
+	failed := 0
+	var first error
 	for i, r := range live {
+		if err := res[i].Err; err != nil && !errors.Is(err, tracking.ErrFenced) {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
 		r.answer(claimResult{c: res[i].Claim, err: res[i].Err, ranges: r.ranges, sent: r.sent})
+	}
+	switch {
+	case failed > 0 && !c.failing:
+		c.failing = true
+		c.log.Warn("claim failed; retrying: the partitions wait unclaimed, delivering nothing", "failed", failed, "of", len(live), "err", first)
+	case failed == 0 && c.failing:
+		c.failing = false
+		c.log.Info("claims made again", "claimed", len(live))
 	}
 	return true
 }

@@ -94,7 +94,7 @@ func answered(t *testing.T, ws []*worker) []claimResult {
 // past their deadline waiting for a pooled connection.
 func TestClaimsWaitingBehindARoundGoTogether(t *testing.T) {
 	tr := newGatedClaims()
-	c := newClaimer(tr)
+	c := newClaimer(tr, discard)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.run(ctx) }()
@@ -129,7 +129,7 @@ func TestClaimsWaitingBehindARoundGoTogether(t *testing.T) {
 // context's error: a worker's stop waits for its claim's answer.
 func TestAStoppingClaimerAnswersEveryClaim(t *testing.T) {
 	tr := newGatedClaims()
-	c := newClaimer(tr)
+	c := newClaimer(tr, discard)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.run(ctx) }()
@@ -153,7 +153,7 @@ func TestAStoppingClaimerAnswersEveryClaim(t *testing.T) {
 // costs no call, as its own call would have failed at once.
 func TestAStoppingWorkersClaimCostsNoCall(t *testing.T) {
 	tr := newGatedClaims()
-	c := newClaimer(tr)
+	c := newClaimer(tr, discard)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.run(ctx) }()

@@ -82,7 +82,11 @@ func TestANodeClaimsItsPartitionsInFewRounds(t *testing.T) {
 	if made != parts*subs {
 		t.Fatalf("%d claims made, want one per partition of each subscription, %d: a claim again", made, parts*subs)
 	}
-	if rounds > made/8 {
-		t.Errorf("%d claims made in %d rounds; want them gathered (at most %d rounds), not a call each", made, rounds, made/8)
+	// The subscriptions' cursors start one after another, so how many
+	// claims a round gathers depends on the machine's load (5 rounds on
+	// an idle machine, 22 under the race detector); a call each makes
+	// 160. That the claims waiting go together is the claimer's own test.
+	if rounds > made/2 {
+		t.Errorf("%d claims made in %d rounds; want them gathered (at most %d rounds), not a call each", made, rounds, made/2)
 	}
 }

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -25,9 +26,17 @@ const flushTimeout = 2 * time.Second
 type flusher struct {
 	tracker  Tracker
 	interval time.Duration
+	log      *slog.Logger
 
 	mu      sync.Mutex
 	pending []flushReq
+
+	// failing is set while rounds fail: a round that cannot reach Redis
+	// fails for every partition of the node, and is said once, not once
+	// per partition (4,000 lines a round at 1,000 subscriptions, which
+	// the deliveries then waited behind on the log's lock). Only run's
+	// goroutine uses it.
+	failing bool
 }
 
 // flushReq is one partition's state waiting for a round.
@@ -59,8 +68,8 @@ type flushResult struct {
 	sent              time.Duration
 }
 
-func newFlusher(tracker Tracker, interval time.Duration) *flusher {
-	return &flusher{tracker: tracker, interval: interval}
+func newFlusher(tracker Tracker, interval time.Duration, log *slog.Logger) *flusher {
+	return &flusher{tracker: tracker, interval: interval, log: log}
 }
 
 // submit queues r for the next round. It never blocks: a worker submits
@@ -110,8 +119,25 @@ func (fl *flusher) round(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
 	res := fl.write(ctx, live)
+	failed := 0
+	var first error
 	for i, r := range live {
+		if err := res[i].Err; err != nil && !errors.Is(err, tracking.ErrFenced) && !errors.Is(err, tracking.ErrStateLost) {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
 		r.w.pushFlushed(r.result(res[i]))
+	}
+	switch {
+	case failed > 0 && !fl.failing:
+		fl.failing = true
+		fl.log.Warn("flush failed; will retry: commits wait for the writes, and a partition whose lease runs out stops delivering",
+			"failed", failed, "of", len(live), "err", first)
+	case failed == 0 && fl.failing:
+		fl.failing = false
+		fl.log.Info("flushes written again", "written", len(live))
 	}
 }
 

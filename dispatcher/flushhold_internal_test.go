@@ -53,7 +53,7 @@ func TestAHeldWriteGoesAtOnceWhenTheMembershipIsUnconfirmed(t *testing.T) {
 	w := leasedWorker(t, 4*time.Second)
 	w.g.log = discard
 	w.log = discard
-	w.g.n.flusher = newFlusher(nil, time.Hour)
+	w.g.n.flusher = newFlusher(nil, time.Hour, discard)
 	w.epoch = 1 // as a claim sets it
 	w.m.Offer([]partition.Record[*kgo.Record]{{Offset: 0, Key: []byte("k"), Payload: &kgo.Record{}}})
 

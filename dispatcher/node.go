@@ -133,16 +133,17 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("node", cfg.NodeID)
 	n := &Node{
 		cfg: cfg, subs: subs, sender: sender, tracker: tracker, redeliver: redeliver,
-		log:      cfg.Logger.With("node", cfg.NodeID),
+		log:      log,
 		runners:  make(map[string]*runner),
 		missing:  make(map[string]time.Time),
 		readers:  make(map[string]*reader),
 		catchups: make(chan struct{}, maxCatchups),
 		budget:   budget, parkBudget: parkBudget,
-		flusher: newFlusher(tracker, cfg.FlushInterval),
-		claims:  newClaimer(tracker),
+		flusher: newFlusher(tracker, cfg.FlushInterval, log),
+		claims:  newClaimer(tracker, log),
 		spawn:   newSpawner(),
 		commits: newCommitters(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("keyhook-" + cfg.NodeID + "-commit")}, cfg.KafkaOptions...)),
 	}

@@ -728,7 +728,8 @@ func (w *worker) flushed(r flushResult) {
 		// refuses it only in favour of a newer generation.
 		w.claim()
 	default:
-		w.log.Warn("flush failed; will retry", "err", err)
+		// The flusher said it, once for the round: the next flush
+		// retries.
 	}
 }
 

@@ -78,6 +78,9 @@ type flight struct {
 	before int
 	// pass is the breaker's pass of the next attempt, from the pool.
 	pass *breakerPass
+	// slot is the slot of the endpoint's origin the pool took for the
+	// next attempt, if it did; the attempt gives it back.
+	slot webhooks.Slot
 	// msg is the record as rendered, kept here with room for its usual
 	// attributes and headers so that rendering allocates none of them.
 	msg     webhooks.Message
@@ -131,9 +134,10 @@ func (f *flight) waitForSchema() (time.Duration, bool) {
 	return f.pendingWait, true
 }
 
-func (f *flight) owner() *worker        { return f.w }
-func (f *flight) size() int64           { return 1 }
-func (f *flight) let(pass *breakerPass) { f.pass = pass }
+func (f *flight) owner() *worker           { return f.w }
+func (f *flight) size() int64              { return 1 }
+func (f *flight) let(pass *breakerPass)    { f.pass = pass }
+func (f *flight) heldSlot() *webhooks.Slot { return &f.slot }
 func (f *flight) hold(d time.Duration) {
 	if f.rt != nil {
 		f.rt.Hold(d)
@@ -252,12 +256,21 @@ func (f *flight) step() (time.Duration, bool) {
 	}
 }
 
+// attempt makes attempt num of r: in slot when the pool took one of the
+// endpoint origin's for it, else waiting for one in the sender.
+func (n *Node) attempt(ctx context.Context, r *webhooks.Request, num int, slot *webhooks.Slot) (webhooks.Attempt, error) {
+	if slot.Held() {
+		return n.slotted.AttemptIn(ctx, r, num, slot), nil
+	}
+	return n.sender.Attempt(ctx, r, num)
+}
+
 // attempt makes the round's next attempt: ok is false when it was cut
 // short (the partition is lost), more when the budget wants another after
 // wait.
 func (f *flight) attempt() (wait time.Duration, more, ok bool) {
 	g := f.g
-	a, err := g.n.sender.Attempt(f.ctx, f.req, f.rt.Next())
+	a, err := g.n.attempt(f.ctx, f.req, f.rt.Next(), &f.slot)
 	if err != nil {
 		f.last = f.rt.Interrupt(err)
 		return 0, false, false
@@ -344,6 +357,9 @@ type batchFlight struct {
 	held  map[*kgo.Record]bool
 	// pass is the breaker's pass of the next request, from the pool.
 	pass *breakerPass
+	// slot is the origin's slot the pool took for the next request, if
+	// it did; the request, or the record delivered next, gives it back.
+	slot webhooks.Slot
 }
 
 func (g *group) newBatchFlight(w *worker, jobs []job) *batchFlight {
@@ -367,8 +383,9 @@ func (g *group) newBatchFlight(w *worker, jobs []job) *batchFlight {
 	return b
 }
 
-func (b *batchFlight) owner() *worker        { return b.w }
-func (b *batchFlight) let(pass *breakerPass) { b.pass = pass }
+func (b *batchFlight) owner() *worker           { return b.w }
+func (b *batchFlight) let(pass *breakerPass)    { b.pass = pass }
+func (b *batchFlight) heldSlot() *webhooks.Slot { return &b.slot }
 
 func (b *batchFlight) hold(d time.Duration) {
 	switch {
@@ -395,7 +412,7 @@ func (b *batchFlight) step() (time.Duration, bool) {
 		if !b.br.Done() {
 			req, n, ok := b.br.Request()
 			if ok {
-				a, err := b.g.n.sender.Attempt(b.ctx, req, n)
+				a, err := b.g.n.attempt(b.ctx, req, n, &b.slot)
 				if err != nil {
 					b.stop()
 					return 0, true
@@ -473,7 +490,9 @@ func (b *batchFlight) stepEach() (time.Duration, bool) {
 			b.cur = b.g.newFlight(b.w, r, b.ended)
 		}
 		b.cur.pass, b.pass = b.pass, nil
+		b.cur.slot, b.slot = b.slot, webhooks.Slot{}
 		wait, done := b.cur.step()
+		b.cur.slot.Release(0) // when it made no attempt
 		if !done {
 			return wait, false
 		}
@@ -484,8 +503,9 @@ func (b *batchFlight) stepEach() (time.Duration, bool) {
 			b.each = nil
 		}
 		if len(b.each) > 0 && b.g.pool.gated() {
-			// Each request takes its own token and breaker pass: the
-			// next record goes through the pool again.
+			// Each request takes its own token, breaker pass and
+			// origin's slot: the next record goes through the pool
+			// again.
 			return 0, false
 		}
 	}

@@ -86,6 +86,13 @@ const (
 // startNodeTracking starts a node over a tracker the test configured.
 func startNodeTracking(t *testing.T, brokers []string, tracker dispatcher.Tracker, subs dispatcher.Subscriptions, mod func(*dispatcher.Config)) *nodeHandle {
 	t.Helper()
+	return startNodeSending(t, brokers, tracker, subs, mod, nil)
+}
+
+// startNodeSending starts a node sending through sender, or through a
+// client of its own when nil.
+func startNodeSending(t *testing.T, brokers []string, tracker dispatcher.Tracker, subs dispatcher.Subscriptions, mod func(*dispatcher.Config), sender dispatcher.Sender) *nodeHandle {
+	t.Helper()
 	cfg := dispatcher.Config{
 		NodeID:  fmt.Sprintf("node-%d", time.Now().UnixNano()),
 		Brokers: brokers,
@@ -99,10 +106,13 @@ func startNodeTracking(t *testing.T, brokers []string, tracker dispatcher.Tracke
 	if mod != nil {
 		mod(&cfg)
 	}
-	sender, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Timeout: 10 * time.Second,
-		TracerProvider: cfg.TracerProvider})
-	if err != nil {
-		t.Fatal(err)
+	if sender == nil {
+		c, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Timeout: 10 * time.Second,
+			TracerProvider: cfg.TracerProvider})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sender = c
 	}
 	n, err := dispatcher.New(cfg, subs, sender, tracker)
 	if err != nil {

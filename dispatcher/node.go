@@ -30,6 +30,18 @@ type Sender interface {
 	Deliver(ctx context.Context, r *webhooks.Request, p webhooks.RetryPolicy, onAttempt func(webhooks.Attempt)) webhooks.Result
 }
 
+// slotSender is a Sender whose endpoints' limiters the delivery pools
+// wait on themselves: a delivery waiting for its origin's slot then costs
+// a waiter, not a goroutine parked in Attempt with its stack (1,000
+// subscriptions behind one capped origin parked 41,000). *webhooks.Client
+// is one.
+type slotSender interface {
+	// Limiter is the limiter of the endpoint's origin, nil if none.
+	Limiter(rawURL string) *webhooks.Limiter
+	// AttemptIn is Attempt in a slot taken from it; it gives s back.
+	AttemptIn(ctx context.Context, r *webhooks.Request, n int, s *webhooks.Slot) webhooks.Attempt
+}
+
 // Tracker keeps partition state where another node can find it;
 // tracking.Store implements it. A claim is of a partition's key ranges
 // (all of them unless the partition is shared); a claim is given the
@@ -61,9 +73,12 @@ type Subscriptions interface {
 // Node is one dispatcher node: it runs a consumer group for every
 // subscription and restarts a group when its subscription changes.
 type Node struct {
-	cfg     Config
-	subs    Subscriptions
-	sender  Sender
+	cfg    Config
+	subs   Subscriptions
+	sender Sender
+	// slotted is sender when it lets the pools wait for their origins'
+	// slots (slotSender); nil otherwise.
+	slotted slotSender
 	tracker Tracker
 	// redeliver sends redriven dead letters.
 	redeliver *Redeliverer
@@ -147,6 +162,7 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 		spawn:   newSpawner(),
 		commits: newCommitters(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("keyhook-" + cfg.NodeID + "-commit")}, cfg.KafkaOptions...)),
 	}
+	n.slotted, _ = sender.(slotSender)
 	n.renewer = newRenewer(tracker, cfg.lease(), n.log)
 	n.loops = newLoops(n)
 	if n.breakers, err = newBreakers(n); err != nil {

@@ -30,6 +30,10 @@ type task interface {
 	// hold tells the task it was held back d by keyhook (its rate limit,
 	// its origin's breaker): time its retry budget does not count.
 	hold(d time.Duration)
+	// heldSlot is where the pool puts the slot of the endpoint's origin
+	// it took for the task's next attempt; what the step leaves there
+	// unspent, the pool gives back.
+	heldSlot() *webhooks.Slot
 }
 
 // pool is a subscription's delivery slots: at most MaxInFlight attempts
@@ -46,6 +50,14 @@ type task interface {
 // Its record stays the head of its lane meanwhile, so its key stays
 // blocked while the others flow, and what waits costs a timer and the
 // task's state, bounded by the partitions' windows.
+//
+// The endpoint origin's limiter (webhooks.Limiters, shared by every
+// subscription of the node pointing at the origin) is waited on here too:
+// a task whose origin has no free slot keeps its pool slot and waits as a
+// waiter of the limiter, without a goroutine, until the slot that frees
+// starts one for it (admitted). A thousand subscriptions behind one
+// capped origin so cost their tasks, not a parked goroutine and its stack
+// each.
 //
 // Redriven dead letters have slots of their own (redriveSlots), beside
 // the subscription's in-flight budget, taken and run the same way.
@@ -78,6 +90,20 @@ type pool struct {
 	// br is the breaker of the endpoint's origin on this node; nil with
 	// breakers off.
 	br *breaker.Breaker
+	// origin is the limiter of the endpoint's origin, which the pool
+	// waits on itself; nil when the sender waits for it (or has none).
+	origin *webhooks.Limiter
+	// atOrigin are the tasks waiting for a slot of origin, by worker,
+	// each holding the pool slot it took. Under mu.
+	atOrigin map[*worker]map[task]*originWait
+}
+
+// originWait is a task waiting for its origin's slot: the breaker's pass
+// it holds, and how to withdraw from the limiter (nil until the wait is
+// queued).
+type originWait struct {
+	pass   *breakerPass
+	cancel func() bool
 }
 
 // waitEntry is a task waiting: on timer, or, when nil, on the breaker
@@ -102,6 +128,10 @@ func newPool(g *group) *pool {
 		slots:        make(chan struct{}, g.sub.MaxInFlight),
 		redriveSlots: make(chan struct{}, min(max(g.sub.MaxInFlight, 1), 16)),
 		waiting:      make(map[*worker]map[task]waitEntry),
+		atOrigin:     make(map[*worker]map[task]*originWait),
+	}
+	if g.n.slotted != nil {
+		p.origin = g.n.slotted.Limiter(g.sub.Endpoint.URL)
 	}
 	if g.sub.RateLimit.Enabled() {
 		p.rate = newRateGate(p, g.sub.RateLimit, g.n.rateTokens)
@@ -113,8 +143,8 @@ func newPool(g *group) *pool {
 }
 
 // gated reports whether the pool holds attempts back (a rate limit, a
-// breaker): a task then makes one attempt per run.
-func (p *pool) gated() bool { return p.rate != nil || p.br != nil }
+// breaker, its origin's limiter): a task then makes one attempt per run.
+func (p *pool) gated() bool { return p.rate != nil || p.br != nil || p.origin != nil }
 
 // startJob delivers j in the slot its worker just took (by sending into
 // slots). The flight is built here, off the worker's loop: rendering is
@@ -148,18 +178,20 @@ func (p *pool) startRedrive(j job) {
 }
 
 // serve runs t in the slot the caller holds, then every task due, one
-// attempt at a time, and gives the slot back once nothing is due.
+// attempt at a time, and gives the slot back once nothing is due, or
+// hands it to a task that waits for its origin with it.
 func (p *pool) serve(t task) {
 	for t != nil {
-		p.run(t)
+		if p.run(t) {
+			return
+		}
 		t = p.next()
 	}
 }
 
-// run makes one attempt of t and parks it when it must wait. The
-// in-flight gauge counts attempts (a batch request is one), which
-// MaxInFlight bounds.
-func (p *pool) run(t task) {
+// run makes one attempt of t and parks it when it must wait; kept when t
+// keeps the caller's slot to wait for its origin's.
+func (p *pool) run(t task) (kept bool) {
 	if !t.owner().owned() {
 		// The partition's ownership lease ran out (worker.lease), or
 		// the coordinator stopped answering (group.live), between its
@@ -168,28 +200,155 @@ func (p *pool) run(t task) {
 		// confirm the ownership again, or the fence stops it
 		// (stopRetries).
 		p.park(t, p.g.n.cfg.FlushInterval)
-		return
+		return false
 	}
-	// The rate limit, then the breaker: a task holding a token that finds
-	// its origin's breaker open keeps the token for when it closes.
+	// The rate limit, then the breaker, then the origin's slot: a task
+	// holding a token that finds its origin's breaker open keeps the
+	// token for when it closes, and a breaker's pass is held while the
+	// origin has no slot free, as the attempt it lets through.
 	if p.rate != nil && !p.rate.admit(t) {
-		return
+		return false
 	}
 	var pass *breakerPass
 	if p.br != nil {
 		var ok bool
 		if pass, ok = p.pass(t); !ok {
-			return
+			return false
 		}
 	}
+	if p.origin != nil {
+		s, ok := p.origin.TryAcquire()
+		if !ok {
+			p.waitOrigin(t, pass)
+			return true
+		}
+		*t.heldSlot() = s
+	}
+	p.attempt(t, pass)
+	return false
+}
+
+// attempt makes t's step with pass (and the origin's slot t holds, if
+// any) and parks it when it must wait. The in-flight gauge counts
+// attempts (a batch request is one), which MaxInFlight bounds.
+func (p *pool) attempt(t task, pass *breakerPass) {
 	t.let(pass)
 	p.g.inFlight.Add(1)
 	wait, done := t.step()
 	p.g.inFlight.Add(-1)
+	t.heldSlot().Release(0) // the step made no attempt in it
 	pass.end()
 	if !done {
 		p.park(t, wait)
 	}
+}
+
+// waitOrigin queues t, holding the caller's pool slot, for a slot of its
+// origin; admitted runs it once one frees. Counted in flight meanwhile,
+// as the attempt it is about to make. t is among atOrigin before the
+// limiter is asked, so a grant that comes at once finds it.
+func (p *pool) waitOrigin(t task, pass *breakerPass) {
+	w := t.owner()
+	ow := &originWait{pass: pass}
+	p.mu.Lock()
+	if w.noRetries.Load() || p.closed {
+		p.handOnLocked()
+		p.mu.Unlock()
+		pass.end()
+		t.stop()
+		return
+	}
+	ws := p.atOrigin[w]
+	if ws == nil {
+		ws = make(map[task]*originWait)
+		p.atOrigin[w] = ws
+	}
+	ws[t] = ow
+	p.g.inFlight.Add(1)
+	p.mu.Unlock()
+	cancel := p.origin.Wait(func(s webhooks.Slot) { p.admitted(t, s) })
+	p.mu.Lock()
+	if p.atOrigin[w][t] == ow {
+		ow.cancel, cancel = cancel, nil
+	}
+	p.mu.Unlock()
+	if cancel != nil {
+		// Granted at once, or stopped meanwhile (stopRetries), before
+		// the wait could be noted: a grant still to come finds t gone
+		// and gives its slot back.
+		cancel()
+	}
+}
+
+// admitted runs t, granted s by its origin, in the pool slot it kept;
+// a t stopped meanwhile gives s back unspent.
+func (p *pool) admitted(t task, s webhooks.Slot) {
+	w := t.owner()
+	p.mu.Lock()
+	ow, ok := p.unwaitOrigin(w, t)
+	if !ok {
+		p.mu.Unlock()
+		s.Release(0)
+		return
+	}
+	if p.closed {
+		p.handOnLocked()
+		p.mu.Unlock()
+		s.Release(0)
+		ow.pass.end()
+		t.stop()
+		return
+	}
+	p.running.Add(1)
+	p.mu.Unlock()
+	p.g.n.spawn.spawn(func() {
+		defer p.running.Done()
+		if !t.owner().owned() {
+			// The ownership lapsed while t waited: no attempt until it
+			// is confirmed again, as run would decide.
+			s.Release(0)
+			ow.pass.end()
+			p.park(t, p.g.n.cfg.FlushInterval)
+		} else {
+			*t.heldSlot() = s
+			p.attempt(t, ow.pass)
+		}
+		p.serve(p.next())
+	})
+}
+
+// unwaitOrigin takes t out of atOrigin; false when it was not there.
+// Under mu.
+func (p *pool) unwaitOrigin(w *worker, t task) (*originWait, bool) {
+	ws := p.atOrigin[w]
+	ow, ok := ws[t]
+	if !ok {
+		return nil, false
+	}
+	delete(ws, t)
+	if len(ws) == 0 {
+		delete(p.atOrigin, w)
+	}
+	p.g.inFlight.Add(-1)
+	return ow, true
+}
+
+// handOnLocked hands the pool slot of a task that will not run in it to
+// the oldest due task, or gives it back when none is due, as next does.
+// Under mu.
+func (p *pool) handOnLocked() {
+	if len(p.due) == 0 {
+		<-p.slots
+		return
+	}
+	t := p.due[0]
+	p.due[0] = nil
+	p.due = p.due[1:]
+	p.running.Add(1)
+	p.g.n.spawn.spawn(func() {
+		defer p.running.Done()
+		p.serve(t)
+	})
 }
 
 // pass asks the origin's breaker to let t's attempt through. Refused, t
@@ -367,7 +526,23 @@ func (p *pool) stopRetries(w *worker) {
 	}
 	clear(p.due[len(kept):])
 	p.due = kept
+	// Those waiting for their origin's slot hand their pool slot on. A
+	// wait not noted yet is withdrawn by waitOrigin, a grant already
+	// made is given back by admitted: neither finds t here any more.
+	var passes []*breakerPass
+	for t := range p.atOrigin[w] {
+		ow, _ := p.unwaitOrigin(w, t)
+		if ow.cancel != nil {
+			ow.cancel()
+		}
+		p.handOnLocked()
+		passes = append(passes, ow.pass)
+		stopped = append(stopped, t)
+	}
 	p.mu.Unlock()
+	for _, pass := range passes {
+		pass.end()
+	}
 	if p.rate != nil {
 		stopped = append(stopped, p.rate.drop(w)...)
 	}

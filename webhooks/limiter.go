@@ -164,12 +164,44 @@ type Limiter struct {
 	waiters   list.List
 }
 
-// waiter is an Acquire call waiting for a slot. granted and epoch are set
-// under the limiter's lock before ready is closed.
+// waiter is an Acquire call or a Wait waiting for a slot. granted and
+// epoch are set under the limiter's lock before ready is closed, or
+// before onGrant is called (Wait's, ready nil) once the lock is let go.
 type waiter struct {
 	ready   chan struct{}
+	onGrant func(Slot)
 	granted bool
 	epoch   uint64
+}
+
+// grantCall is a Wait's slot, to hand over once the limiter's lock is let
+// go: onGrant may take its caller's locks, which may be held around a
+// call into the limiter.
+type grantCall struct {
+	fn   func(Slot)
+	slot Slot
+}
+
+// Slot is a slot of a [Limiter] taken without a goroutine waiting for it
+// ([Limiter.TryAcquire], [Limiter.Wait]), for one attempt: the attempt
+// gives it back ([Client.AttemptIn]), or [Slot.Release] does when none is
+// made. The zero Slot holds nothing.
+type Slot struct {
+	l     *Limiter
+	epoch uint64
+}
+
+// Held reports whether s is a slot not given back yet.
+func (s *Slot) Held() bool { return s.l != nil }
+
+// Release gives s back, with the status the endpoint answered (0 when no
+// request was made or no response came, which leaves the limit alone).
+// Later calls, and calls on the zero Slot, do nothing.
+func (s *Slot) Release(status int) {
+	if l := s.l; l != nil {
+		s.l = nil
+		l.release(s.epoch, status)
+	}
 }
 
 func newLimiter(origin string, max int) *Limiter {
@@ -247,14 +279,16 @@ func (l *Limiter) acquire(ctx context.Context) (epoch uint64, err error) {
 		return w.epoch, nil
 	case <-ctx.Done():
 		l.mu.Lock()
+		var calls []grantCall
 		if w.granted {
 			// The slot came as the context ended: hand it on.
 			l.inFlight--
-			l.grant()
+			calls = l.grant(nil)
 		} else {
 			l.waiters.Remove(elem)
 		}
 		l.mu.Unlock()
+		callGrants(calls)
 		return 0, fmt.Errorf("webhooks: wait for a slot at %s: %w", l.origin, context.Cause(ctx))
 	}
 }
@@ -268,13 +302,69 @@ func (l *Limiter) take() {
 	l.peak = max(l.peak, l.inFlight)
 }
 
-// grant hands free slots to waiters, oldest first.
-func (l *Limiter) grant() {
+// grant hands free slots to waiters, oldest first: an Acquire's at once,
+// a Wait's appended to calls, for the caller to make with callGrants once
+// it let go of the lock.
+func (l *Limiter) grant(calls []grantCall) []grantCall {
 	for l.waiters.Len() > 0 && l.hasRoom() {
 		w := l.waiters.Remove(l.waiters.Front()).(*waiter)
 		l.take()
 		w.granted, w.epoch = true, l.epoch
+		if w.onGrant != nil {
+			calls = append(calls, grantCall{fn: w.onGrant, slot: Slot{l: l, epoch: l.epoch}})
+			continue
+		}
 		close(w.ready)
+	}
+	return calls
+}
+
+func callGrants(calls []grantCall) {
+	for _, c := range calls {
+		c.fn(c.slot)
+	}
+}
+
+// TryAcquire takes a slot when one is free and nobody waits for one.
+func (l *Limiter) TryAcquire() (Slot, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiters.Len() == 0 && l.hasRoom() {
+		l.take()
+		return Slot{l: l, epoch: l.epoch}, true
+	}
+	return Slot{}, false
+}
+
+// Wait queues for a slot without a goroutine: onGrant is called with it
+// once, in arrival order with Acquire's waiters, on the goroutine that
+// freed it and holding none of the limiter's locks; at once, before Wait
+// returns, when a slot is free and nobody waits. Its caller then owns the
+// slot and must give it back. cancel withdraws the wait and reports
+// whether it did: false means onGrant has been or will be called.
+//
+// A caller with many deliveries waiting on one endpoint (a delivery pool)
+// pays for each the waiter, not a parked goroutine and its stack.
+func (l *Limiter) Wait(onGrant func(Slot)) (cancel func() bool) {
+	l.mu.Lock()
+	if l.waiters.Len() == 0 && l.hasRoom() {
+		l.take()
+		s := Slot{l: l, epoch: l.epoch}
+		l.mu.Unlock()
+		onGrant(s)
+		return func() bool { return false }
+	}
+	w := &waiter{onGrant: onGrant}
+	elem := l.waiters.PushBack(w)
+	l.mu.Unlock()
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if w.granted {
+			return false
+		}
+		l.waiters.Remove(elem) // a no-op when withdrawn before
+		return true
 	}
 }
 
@@ -289,8 +379,8 @@ func (l *Limiter) releaser(epoch uint64) func(int) {
 }
 
 func (l *Limiter) release(epoch uint64, status int) {
+	var buf [2]grantCall
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
 		// One throttled request is not overload: a single record that an
@@ -318,7 +408,9 @@ func (l *Limiter) release(epoch uint64, status int) {
 		}
 	}
 	l.inFlight--
-	l.grant()
+	calls := l.grant(buf[:0])
+	l.mu.Unlock()
+	callGrants(calls)
 }
 
 // sendFunc makes attempt n of r. It fails, making no attempt, only when
@@ -349,13 +441,17 @@ func limit(ls *Limiters, send sendFunc) sendFunc {
 			return Attempt{}, err
 		}
 		a, err := send(ctx, r, n)
-		status := a.Status
-		if n > 1 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
-			// A retry answered the same says nothing new about the endpoint's
-			// load: only first attempts may lower the limit.
-			status = 0
-		}
-		lim.release(epoch, status)
+		lim.release(epoch, limitStatus(a.Status, n))
 		return a, err
 	}
+}
+
+// limitStatus is what attempt n answered status tells its limiter: a
+// retry answered 429 or 503 says nothing new about the endpoint's load,
+// so only first attempts may lower the limit.
+func limitStatus(status, n int) int {
+	if n > 1 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+		return 0
+	}
+	return status
 }

@@ -544,3 +544,153 @@ func TestOneDeliveryRetryingDoesNotLowerTheLimit(t *testing.T) {
 		t.Errorf("after 8 throttled attempts of one delivery the limit is %d, want 64", got)
 	}
 }
+
+// A Wait is a waiter like an Acquire call, in one arrival order, but
+// without a goroutine: its slot comes through the function it left, on
+// the goroutine that freed it; one withdrawn in time is never granted,
+// and one withdrawn too late says so, its slot left to the caller.
+func TestLimiterWaitIsServedInArrivalOrderWithAcquireAndCanBeWithdrawn(t *testing.T) {
+	l := newLimiter(t, 1)
+	release := acquire(t, l)
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("TryAcquire took a slot of a full limiter")
+	}
+
+	var mu sync.Mutex
+	var order []string
+	granted := make(map[string]webhooks.Slot)
+	grant := func(name string) func(webhooks.Slot) {
+		return func(s webhooks.Slot) {
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, name)
+			granted[name] = s
+		}
+	}
+	cancelFirst := l.Wait(grant("first wait"))
+	// An Acquire behind it, then a Wait that will withdraw, then another.
+	acquired := make(chan func(int))
+	go func() { acquired <- acquire(t, l) }()
+	for l.Waiting() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	cancelLeaver := l.Wait(grant("leaver"))
+	cancelLast := l.Wait(grant("last wait"))
+	if n := l.Waiting(); n != 4 {
+		t.Fatalf("Waiting() = %d, want 4 (two waits, an Acquire, a wait)", n)
+	}
+	if !cancelLeaver() {
+		t.Fatal("withdrawing a wait not granted yet reported it granted")
+	}
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("TryAcquire jumped the queue of waiters")
+	}
+
+	release(http.StatusOK) // to the first wait, on this goroutine
+	mu.Lock()
+	first, ok := granted["first wait"]
+	mu.Unlock()
+	if !ok {
+		t.Fatal("releasing the slot did not grant the oldest wait before returning")
+	}
+	if cancelFirst() {
+		t.Fatal("withdrawing a granted wait reported it withdrawn: its slot would leak")
+	}
+	first.Release(http.StatusOK) // to the Acquire
+	second := <-acquired
+	second(http.StatusOK) // to the last wait, the leaver skipped
+	mu.Lock()
+	last := granted["last wait"]
+	got := append([]string(nil), order...)
+	mu.Unlock()
+	if diff := cmp.Diff([]string{"first wait", "last wait"}, got); diff != "" {
+		t.Errorf("waits granted (-want +got):\n%s", diff)
+	}
+	if cancelLast() {
+		t.Error("withdrawing the granted last wait reported it withdrawn")
+	}
+	if !last.Held() {
+		t.Fatal("the granted slot holds nothing")
+	}
+	last.Release(http.StatusOK)
+	last.Release(http.StatusOK)
+	if last.Held() {
+		t.Error("a released slot still reports held")
+	}
+	if n := l.InFlight(); n != 0 {
+		t.Errorf("InFlight() = %d, want 0: a slot released twice counts once, and the leaver holds none", n)
+	}
+	s, ok := l.TryAcquire()
+	if !ok {
+		t.Fatal("TryAcquire found no slot in an idle limiter")
+	}
+	s.Release(0)
+}
+
+// A Wait on a limiter with a slot free and nobody waiting is granted at
+// once, before Wait returns.
+func TestLimiterWaitWithASlotFreeIsGrantedAtOnce(t *testing.T) {
+	l := newLimiter(t, 2)
+	var s webhooks.Slot
+	cancel := l.Wait(func(g webhooks.Slot) { s = g })
+	if !s.Held() {
+		t.Fatal("Wait on an idle limiter did not grant a slot before returning")
+	}
+	if cancel() {
+		t.Error("withdrawing a wait granted at once reported it withdrawn")
+	}
+	if n := l.InFlight(); n != 1 {
+		t.Errorf("InFlight() = %d, want 1", n)
+	}
+	s.Release(0)
+}
+
+// AttemptIn spends the caller's slot as Attempt spends its own: it gives
+// it back with the answer, two first attempts answered 429 halve the
+// limit, and a retry answered 429 does not count.
+func TestAttemptInGivesItsSlotBackWithTheAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	ls, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: ls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.Limiter(srv.URL)
+	if l == nil {
+		t.Fatal("Limiter(endpoint) = nil with Limiters configured")
+	}
+	if other, _ := ls.For(srv.URL + "/other"); other != l {
+		t.Fatal("Limiter(endpoint) is not the limiter of its origin that Attempt waits on")
+	}
+	take := func() *webhooks.Slot {
+		s, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("TryAcquire found no slot")
+		}
+		return &s
+	}
+	a, b, retry := take(), take(), take()
+	c.AttemptIn(context.Background(), &webhooks.Request{URL: srv.URL}, 2, retry)
+	if retry.Held() || l.InFlight() != 2 || l.Limit() != 8 {
+		t.Fatalf("after a retry answered 429: held %v, InFlight %d, Limit %d; want the slot back and the limit 8", retry.Held(), l.InFlight(), l.Limit())
+	}
+	c.AttemptIn(context.Background(), &webhooks.Request{URL: srv.URL}, 1, a)
+	c.AttemptIn(context.Background(), &webhooks.Request{URL: srv.URL}, 1, b)
+	if got := []int{l.InFlight(), l.Limit()}; !cmp.Equal(got, []int{0, 1}) {
+		t.Errorf("after two first attempts answered 429, InFlight, Limit = %v, want [0 1] (halved from the 3 at once, floored)", got)
+	}
+
+	plain, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Limiter(srv.URL) != nil {
+		t.Error("Limiter(endpoint) is not nil without Limiters")
+	}
+}

@@ -152,6 +152,30 @@ func (c *Client) Attempt(ctx context.Context, r *Request, n int) (Attempt, error
 	return c.limited(ctx, r, n)
 }
 
+// AttemptIn is [Client.Attempt] in s, a slot of r's endpoint's limiter
+// (from [Client.Limiter]) the caller took without blocking
+// ([Limiter.TryAcquire], [Limiter.Wait]): the attempt gives s back with its
+// status, as Attempt does its own slot.
+func (c *Client) AttemptIn(ctx context.Context, r *Request, n int, s *Slot) Attempt {
+	a := c.Send(ctx, r, n)
+	s.Release(limitStatus(a.Status, n))
+	return a
+}
+
+// Limiter returns the limiter of rawURL's endpoint origin, which Attempt
+// waits on: nil without ClientConfig.Limiters, or when rawURL has no http
+// or https origin (Attempt then makes its attempt without one).
+func (c *Client) Limiter(rawURL string) *Limiter {
+	if c.cfg.Limiters == nil {
+		return nil
+	}
+	l, err := c.cfg.Limiters.For(rawURL)
+	if err != nil {
+		return nil
+	}
+	return l
+}
+
 // sleep waits d or until ctx ends; false when ctx ended first.
 func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
 	if ctx.Err() != nil {

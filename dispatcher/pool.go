@@ -337,13 +337,10 @@ func (p *pool) unwaitOrigin(w *worker, t task) (*originWait, bool) {
 // the oldest due task, or gives it back when none is due, as next does.
 // Under mu.
 func (p *pool) handOnLocked() {
-	if len(p.due) == 0 {
-		<-p.slots
+	t := p.nextLocked()
+	if t == nil {
 		return
 	}
-	t := p.due[0]
-	p.due[0] = nil
-	p.due = p.due[1:]
 	p.running.Add(1)
 	p.g.n.spawn.spawn(func() {
 		defer p.running.Done()
@@ -392,6 +389,11 @@ func (p *pool) pass(t task) (*breakerPass, bool) {
 func (p *pool) next() task {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.nextLocked()
+}
+
+// nextLocked is next under mu.
+func (p *pool) nextLocked() task {
 	if len(p.due) == 0 {
 		<-p.slots
 		return nil

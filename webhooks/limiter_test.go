@@ -31,6 +31,25 @@ func newLimiter(t *testing.T, max int) *webhooks.Limiter {
 	return l
 }
 
+// limitedEndpoint starts an endpoint answering every request status,
+// closed with the test, and a client sending inside limiters of max.
+func limitedEndpoint(t *testing.T, status, max int) (*httptest.Server, *webhooks.Limiters, *webhooks.Client) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	ls, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: ls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, ls, c
+}
+
 func acquire(t *testing.T, l *webhooks.Limiter) func(int) {
 	t.Helper()
 	release, err := l.Acquire(context.Background())
@@ -522,18 +541,7 @@ func TestLimiterMetricsShowEachOrigin(t *testing.T) {
 // lower the endpoint's limit: one failing record must not starve every
 // other key sharing the endpoint.
 func TestOneDeliveryRetryingDoesNotLowerTheLimit(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	defer srv.Close()
-	ls, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: ls})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ls, c := limitedEndpoint(t, http.StatusServiceUnavailable, 64)
 	res := c.Deliver(context.Background(), &webhooks.Request{URL: srv.URL}, webhooks.RetryPolicy{
 		InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1, RandomizationFactor: 1e-9, MaxAttempts: 8}, nil)
 	if res.Attempts != 8 {
@@ -649,18 +657,7 @@ func TestLimiterWaitWithASlotFreeIsGrantedAtOnce(t *testing.T) {
 // it back with the answer, two first attempts answered 429 halve the
 // limit, and a retry answered 429 does not count.
 func TestAttemptInGivesItsSlotBackWithTheAnswer(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}))
-	defer srv.Close()
-	ls, err := webhooks.NewLimiters(webhooks.LimiterConfig{Max: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := webhooks.NewClient(webhooks.ClientConfig{Policy: webhooks.AddressPolicy{AllowPrivate: true}, Limiters: ls})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ls, c := limitedEndpoint(t, http.StatusTooManyRequests, 8)
 	l := c.Limiter(srv.URL)
 	if l == nil {
 		t.Fatal("Limiter(endpoint) = nil with Limiters configured")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -13,10 +14,24 @@ import (
 	"github.com/keyhook/keyhook/tracking"
 )
 
-// flushTimeout bounds one round of tracking writes: a tick's flush of
-// every partition of the node, or the final flush and release of the
-// partitions a group hands over.
+// flushTimeout bounds one call of a round of tracking writes (a chunk of
+// flushChunk partitions of a tick's flush), or the final flush and
+// release of the partitions a group hands over.
 const flushTimeout = 2 * time.Second
+
+// A tick's round is written in chunks of flushChunk partitions (one
+// script call of the tracker's, tracking's maxRound), at most
+// flushParallel of them at once, each under its own deadline. One
+// deadline over a whole round failed every partition of a node whose two
+// cores were full: at 1,000 subscriptions a round is 3,600 partitions,
+// and the flusher, one goroutine among hundreds waiting for a core, got
+// a 10 ms turn every 120 ms or so; the round outran its 2 s, every write
+// of it was thrown away and made again. A chunk is a few milliseconds of
+// work, and several at once get several turns.
+const (
+	flushChunk    = 256
+	flushParallel = 4
+)
 
 // flusher writes the tracking state of all the node's partitions in one
 // pipelined round per tick. Workers hand it their snapshot without
@@ -96,8 +111,9 @@ func (fl *flusher) run(ctx context.Context) {
 	}
 }
 
-// round writes every pending state under one deadline and hands each
-// worker its result.
+// round writes every pending state, in chunks each under its own
+// deadline, and hands each worker its result as soon as its chunk is
+// written.
 func (fl *flusher) round(ctx context.Context) {
 	fl.mu.Lock()
 	reqs := fl.pending
@@ -116,19 +132,33 @@ func (fl *flusher) round(ctx context.Context) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	res := fl.write(ctx, live)
+	chunks := (len(live) + flushChunk - 1) / flushChunk
+	outcomes := make([]chunkOutcome, chunks)
+	chunk := func(c int) {
+		outcomes[c] = fl.writeChunk(ctx, live[c*flushChunk:min((c+1)*flushChunk, len(live))])
+	}
+	if chunks == 1 {
+		chunk(0)
+	} else {
+		// The chunks' goroutines are the round's: it waits for them.
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(flushParallel, chunks) {
+			wg.Go(func() {
+				for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
+					chunk(c)
+				}
+			})
+		}
+		wg.Wait()
+	}
 	failed := 0
 	var first error
-	for i, r := range live {
-		if err := res[i].Err; err != nil && !errors.Is(err, tracking.ErrFenced) && !errors.Is(err, tracking.ErrStateLost) {
-			failed++
-			if first == nil {
-				first = err
-			}
+	for _, o := range outcomes {
+		failed += o.failed
+		if first == nil {
+			first = o.first
 		}
-		r.w.pushFlushed(r.result(res[i]))
 	}
 	switch {
 	case failed > 0 && !fl.failing:
@@ -141,13 +171,40 @@ func (fl *flusher) round(ctx context.Context) {
 	}
 }
 
+// chunkOutcome is what a chunk of a round tells the round for its log:
+// how many of its writes failed (a refusal is its partition's news, not
+// a failure), and the first error.
+type chunkOutcome struct {
+	failed int
+	first  error
+}
+
+// writeChunk writes reqs under one deadline and hands each worker its
+// result.
+func (fl *flusher) writeChunk(ctx context.Context, reqs []flushReq) chunkOutcome {
+	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	res := fl.write(ctx, reqs)
+	var o chunkOutcome
+	for i, r := range reqs {
+		if err := res[i].Err; err != nil && !errors.Is(err, tracking.ErrFenced) && !errors.Is(err, tracking.ErrStateLost) {
+			o.failed++
+			if o.first == nil {
+				o.first = err
+			}
+		}
+		r.w.pushFlushed(r.result(res[i]))
+	}
+	return o
+}
+
 // result is the flushResult of r's write.
 func (r flushReq) result(res tracking.FlushResult) flushResult {
 	return flushResult{snap: r.snap, err: res.Err, merged: res.Watermark, committed: res.Committed, notes: r.notes, sent: r.sent}
 }
 
-// write writes the states of reqs in one pipelined round under ctx and
-// records, per subscription, the round's time and the failed writes. It
+// write writes the states of reqs in one pipelined call under ctx and
+// records, per subscription, the call's time and the failed writes. It
 // returns one result per request, in order.
 func (fl *flusher) write(ctx context.Context, reqs []flushReq) []tracking.FlushResult {
 	if len(reqs) == 0 {

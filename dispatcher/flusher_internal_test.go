@@ -100,3 +100,32 @@ func TestASmallRoundIsOneCall(t *testing.T) {
 		t.Errorf("%d calls wrote %d partitions, want 1 of %d", tr.calls, len(tr.written), flushChunk)
 	}
 }
+
+// Once two rounds ran, a round's pending snapshots go into the slice of
+// the round before it, which no longer holds the workers it wrote.
+func TestSubmittingAfterARoundReusesItsSlice(t *testing.T) {
+	fl := newFlusher(noTracker{}, time.Hour, slog.New(&logRecords{}))
+	ws := roundWorkers(t, 512)
+	submitAll := func() {
+		for _, w := range ws {
+			fl.submit(flushReq{w: w})
+		}
+	}
+	for range 2 {
+		submitAll()
+		fl.round(context.Background())
+	}
+	if cap(fl.pending) < len(ws) || cap(fl.spare) < len(ws) {
+		t.Fatalf("after two rounds of %d the slices hold %d and %d, want room for them all", len(ws), cap(fl.pending), cap(fl.spare))
+	}
+	for i, r := range fl.pending[:len(ws)] {
+		if r.w != nil {
+			t.Fatalf("the emptied slice still holds worker %d", i)
+		}
+	}
+	last := &fl.pending[:len(ws)][len(ws)-1]
+	submitAll()
+	if &fl.pending[len(ws)-1] != last {
+		t.Errorf("the next round's %d snapshots went into a new slice, not an earlier round's", len(ws))
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -18,20 +17,6 @@ import (
 // flushChunk partitions of a tick's flush), or the final flush and
 // release of the partitions a group hands over.
 const flushTimeout = 2 * time.Second
-
-// A tick's round is written in chunks of flushChunk partitions (one
-// script call of the tracker's, tracking's maxRound), at most
-// flushParallel of them at once, each under its own deadline. One
-// deadline over a whole round failed every partition of a node whose two
-// cores were full: at 1,000 subscriptions a round is 3,600 partitions,
-// and the flusher, one goroutine among hundreds waiting for a core, got
-// a 10 ms turn every 120 ms or so; the round outran its 2 s, every write
-// of it was thrown away and made again. A chunk is a few milliseconds of
-// work, and several at once get several turns.
-const (
-	flushChunk    = 256
-	flushParallel = 4
-)
 
 // flusher writes the tracking state of all the node's partitions in one
 // pipelined round per tick. Workers hand it their snapshot without
@@ -144,26 +129,8 @@ func (fl *flusher) round(ctx context.Context) {
 	if len(live) == 0 {
 		return
 	}
-	chunks := (len(live) + flushChunk - 1) / flushChunk
-	outcomes := make([]chunkOutcome, chunks)
-	chunk := func(c int) {
-		outcomes[c] = fl.writeChunk(ctx, live[c*flushChunk:min((c+1)*flushChunk, len(live))])
-	}
-	if chunks == 1 {
-		chunk(0)
-	} else {
-		// The chunks' goroutines are the round's: it waits for them.
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range min(flushParallel, chunks) {
-			wg.Go(func() {
-				for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
-					chunk(c)
-				}
-			})
-		}
-		wg.Wait()
-	}
+	outcomes := make([]chunkOutcome, chunksOf(len(live)))
+	inChunks(len(live), func(c, lo, hi int) { outcomes[c] = fl.writeChunk(ctx, live[lo:hi]) })
 	failed := 0
 	var first error
 	for _, o := range outcomes {

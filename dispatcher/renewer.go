@@ -89,9 +89,13 @@ func (r *renewer) round(ctx context.Context, now time.Time) {
 	if len(rs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	errs := r.tracker.RenewRanges(ctx, rs)
+	// Each chunk of the round has its own deadline (inChunks).
+	errs := make([]error, len(rs))
+	inChunks(len(rs), func(_, lo, hi int) {
+		ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		copy(errs[lo:hi], r.tracker.RenewRanges(ctx, rs[lo:hi]))
+	})
 	failed := 0
 	for i, w := range ws {
 		switch err := errs[i]; {

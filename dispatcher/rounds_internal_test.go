@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhook/keyhook/keyrange"
 	"github.com/keyhook/keyhook/tracking"
 )
 
@@ -23,27 +24,47 @@ type slowTracker struct {
 	written            map[int32]int
 }
 
-func (s *slowTracker) FlushRanges(ctx context.Context, fs []tracking.PartitionFlush) []tracking.FlushResult {
+// call takes per for each of n partitions, or fails when ctx ends
+// first, and counts the call; done counts what it wrote.
+func (s *slowTracker) call(ctx context.Context, n int) (err error, done func(p int32)) {
 	s.mu.Lock()
 	s.calls++
 	s.now++
 	s.atOnce = max(s.atOnce, s.now)
 	s.mu.Unlock()
-	var err error
 	select {
-	case <-time.After(time.Duration(len(fs)) * s.per):
+	case <-time.After(time.Duration(n) * s.per):
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	out := make([]tracking.FlushResult, len(fs))
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.now--
+	s.mu.Unlock()
+	return err, func(p int32) {
+		if err == nil {
+			s.mu.Lock()
+			s.written[p]++
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *slowTracker) FlushRanges(ctx context.Context, fs []tracking.PartitionFlush) []tracking.FlushResult {
+	err, done := s.call(ctx, len(fs))
+	out := make([]tracking.FlushResult, len(fs))
 	for i, pf := range fs {
 		out[i] = tracking.FlushResult{Err: err, Watermark: -1, Committed: -1}
-		if err == nil {
-			s.written[pf.Key.Partition]++
-		}
+		done(pf.Key.Partition)
+	}
+	return out
+}
+
+func (s *slowTracker) RenewRanges(ctx context.Context, rs []tracking.PartitionRenewal) []error {
+	err, done := s.call(ctx, len(rs))
+	out := make([]error, len(rs))
+	for i, r := range rs {
+		out[i] = err
+		done(r.Key.Partition)
 	}
 	return out
 }
@@ -57,7 +78,7 @@ func (s *slowTracker) FlushRanges(ctx context.Context, fs []tracking.PartitionFl
 func TestARoundTooLargeForOneDeadlineIsWrittenInChunksEachUnderItsOwn(t *testing.T) {
 	const n = 2048
 	per := 1200 * time.Microsecond
-	if time.Duration(n)*per <= flushTimeout || flushChunk*per*2 > flushTimeout {
+	if time.Duration(n)*per <= flushTimeout || roundChunk*per*2 > flushTimeout {
 		t.Fatalf("the test needs a round longer than flushTimeout (%v) and chunks well within it", flushTimeout)
 	}
 	var logs logRecords
@@ -79,11 +100,11 @@ func TestARoundTooLargeForOneDeadlineIsWrittenInChunksEachUnderItsOwn(t *testing
 			t.Fatalf("partition %d written %d times, want once", w.pk.Partition, got)
 		}
 	}
-	if want := n / flushChunk; tr.calls != want {
-		t.Errorf("%d calls for %d partitions, want %d of %d", tr.calls, n, want, flushChunk)
+	if want := n / roundChunk; tr.calls != want {
+		t.Errorf("%d calls for %d partitions, want %d of %d", tr.calls, n, want, roundChunk)
 	}
-	if tr.atOnce < 2 || tr.atOnce > flushParallel {
-		t.Errorf("%d calls at once, want 2 to %d", tr.atOnce, flushParallel)
+	if tr.atOnce < 2 || tr.atOnce > roundParallel {
+		t.Errorf("%d calls at once, want 2 to %d", tr.atOnce, roundParallel)
 	}
 }
 
@@ -91,13 +112,13 @@ func TestARoundTooLargeForOneDeadlineIsWrittenInChunksEachUnderItsOwn(t *testing
 func TestASmallRoundIsOneCall(t *testing.T) {
 	tr := &slowTracker{written: map[int32]int{}}
 	fl := newFlusher(tr, time.Hour, slog.New(&logRecords{}))
-	ws := roundWorkers(t, flushChunk)
+	ws := roundWorkers(t, roundChunk)
 	for _, w := range ws {
 		fl.submit(flushReq{w: w})
 	}
 	fl.round(context.Background())
-	if tr.calls != 1 || len(tr.written) != flushChunk {
-		t.Errorf("%d calls wrote %d partitions, want 1 of %d", tr.calls, len(tr.written), flushChunk)
+	if tr.calls != 1 || len(tr.written) != roundChunk {
+		t.Errorf("%d calls wrote %d partitions, want 1 of %d", tr.calls, len(tr.written), roundChunk)
 	}
 }
 
@@ -127,5 +148,39 @@ func TestSubmittingAfterARoundReusesItsSlice(t *testing.T) {
 	submitAll()
 	if &fl.pending[len(ws)-1] != last {
 		t.Errorf("the next round's %d snapshots went into a new slice, not an earlier round's", len(ws))
+	}
+}
+
+// A renewal round too large for one deadline is made in chunks, each
+// under its own: every lease running down is renewed once, none fails.
+func TestARenewalRoundTooLargeForOneDeadlineIsMadeInChunks(t *testing.T) {
+	const n, length = 2048, 4 * time.Second // roundWorkers' leases
+	per := 1200 * time.Microsecond
+	tr := &slowTracker{per: per, written: map[int32]int{}}
+	var logs logRecords
+	r := newRenewer(tr, length, slog.New(&logs))
+	ws := roundWorkers(t, n)
+	for _, w := range ws {
+		w.lease.end.Store(int64(w.lease.since() + length/4))
+		w.pub.claimed.Store(true)
+		w.pub.epoch.Store(1)
+		full := keyrange.Full()
+		w.pub.ranges.Store(&full)
+		r.add(w)
+	}
+	now := time.Now()
+	r.round(context.Background(), now)
+
+	wantLogs(t, "the round", logs.take())
+	for _, w := range ws {
+		if got := tr.written[w.pk.Partition]; got != 1 {
+			t.Fatalf("partition %d renewed %d times, want once", w.pk.Partition, got)
+		}
+		if got, want := w.lease.end.Load(), int64(now.Sub(w.lease.born)+length); got != want {
+			t.Fatalf("partition %d: lease ends at %v, want %v, a lease from the round", w.pk.Partition, time.Duration(got), time.Duration(want))
+		}
+	}
+	if want := n / roundChunk; tr.calls != want || tr.atOnce < 2 || tr.atOnce > roundParallel {
+		t.Errorf("%d calls, %d at once, for %d partitions; want %d of %d, 2 to %d at once", tr.calls, tr.atOnce, n, want, roundChunk, roundParallel)
 	}
 }

@@ -15,7 +15,7 @@
 //     produce to the last of the subscriptions' first deliveries) p50, p99
 //     and max, deliveries a second, whether every subscription got every
 //     record (lost, duplicates, per-key order violations), each node's CPU
-//     under load, and the broker's bytes out ÷ bytes in for the topic over
+//     under load and its part of the records, and the broker's bytes out ÷ bytes in for the topic over
 //     the phase, read from Kafka's own counters (BrokerTopicMetrics
 //     BytesInPerSec/BytesOutPerSec Count, over JMX with
 //     `scripts/kafka.sh jmx`; the broker must have been started with
@@ -56,6 +56,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -75,6 +76,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keyhook/keyhook/auth"
+	"github.com/keyhook/keyhook/nodes"
 	"github.com/keyhook/keyhook/test/bench/serve"
 )
 
@@ -221,6 +223,7 @@ type bench struct {
 	topic      string
 	brokerPort string
 	bytes      *brokerBytes // nil: not measured
+	token      string       // the API's bearer token
 	figs       []figure     // the headline figures, for -baseline's comparison
 }
 
@@ -237,7 +240,7 @@ func (b *bench) record(name, unit string, v float64) {
 func run(c config) ([]figure, error) {
 	ctx := context.Background()
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
-	b := &bench{c: c, topic: "fanout-" + stamp}
+	b := &bench{c: c, topic: "fanout-" + stamp, token: auth.Generate()}
 	_, b.brokerPort, _ = net.SplitHostPort(strings.Split(c.brokers, ",")[0])
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(c.brokers, ",")...), kgo.DefaultProduceTopic(b.topic),
 		kgo.ProducerLinger(0))
@@ -261,7 +264,7 @@ func run(c config) ([]figure, error) {
 	defer b.sink.close()
 	b.prod = &producer{cl: cl, sink: b.sink}
 
-	token := auth.Generate()
+	token := b.token
 	dir, err := os.MkdirTemp("", "keyhook-fanout-")
 	if err != nil {
 		return nil, err
@@ -430,6 +433,84 @@ func (b *bench) nodeTable(s []serve.Sample, targets bool) {
 	row("broker connections", "%.0f", func(x serve.Sample) float64 { return x.Conns }, 0)
 }
 
+// shareRow prints the part of the records [from, to) on the partitions
+// each node read at the end of the load (the owners of subscription 0's
+// partitions, from /v1/nodes): keys hash unevenly over partitions (the
+// default 100 keys put 2% to 13% of the records on one of 12, and 42–44%
+// on the node of partitions 0, 2, 4, 6 or 4, 6, 8, 10), so the nodes'
+// loads differ by as much.
+func (b *bench) shareRow(from, to int) {
+	owner, err := b.owners()
+	if err != nil {
+		fmt.Printf("\n(the nodes' partitions: %v)\n", err)
+		return
+	}
+	b.sink.mu.Lock()
+	per := make([]int, len(b.nodes))
+	for seq := from; seq < to; seq++ {
+		if i, ok := owner[b.sink.records[seq].partition]; ok {
+			per[i]++
+		}
+	}
+	b.sink.mu.Unlock()
+	fmt.Printf("| records of its partitions |")
+	most := 0
+	for _, n := range per {
+		most = max(most, n)
+		fmt.Printf(" %.1f%% |", 100*float64(n)/float64(max(to-from, 1)))
+	}
+	fmt.Printf(" %.1f%% |\n", 100*float64(most)/float64(max(to-from, 1)))
+	b.record("records on the busiest node's partitions", "%", 100*float64(most)/float64(max(to-from, 1)))
+}
+
+// owners maps each partition of the topic to the index of the node that
+// delivers it for the first subscription created, as the nodes last
+// reported (node i is fanout-<i+1>).
+func (b *bench) owners() (map[int32]int, error) {
+	req, _ := http.NewRequest(http.MethodGet, b.nodes[0].Base+"/v1/nodes", nil)
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/nodes: %s", resp.Status)
+	}
+	var list struct {
+		Items []nodes.Info `json:"items"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("GET /v1/nodes: %w", err)
+	}
+	// Every subscription is on every partition of the topic; the one
+	// whose ID sorts first stands for them all.
+	first := ""
+	for _, n := range list.Items {
+		for _, o := range n.Owned {
+			if o.Topic == b.topic && (first == "" || o.Subscription < first) {
+				first = o.Subscription
+			}
+		}
+	}
+	owner := make(map[int32]int)
+	for _, n := range list.Items {
+		i, err := strconv.Atoi(strings.TrimPrefix(n.ID, "fanout-"))
+		if err != nil || i < 1 || i > len(b.nodes) {
+			continue
+		}
+		for _, o := range n.Owned {
+			if o.Topic == b.topic && o.Subscription == first && o.Ranges == "" {
+				owner[o.Partition] = i - 1
+			}
+		}
+	}
+	if len(owner) == 0 {
+		return nil, errors.New("no node reported a partition of the topic")
+	}
+	return owner, nil
+}
+
 // totals sums the counters of the shared read over every node: the
 // cursors that left the shared read and the records their catch-ups read.
 // A node that does not answer counts nothing.
@@ -530,6 +611,7 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	fmt.Printf("| cursors detached / records read by catch-ups (--shared-read) | %.0f / %.0f | | |\n", det1-det0, cu1-cu0)
 	fmt.Printf("\nThe nodes while producing (CPU over %v):\n\n", b.c.load)
 	b.nodeTable(m.s, false)
+	b.shareRow(from, to)
 	b.record("CPU under load, the most of a node", "% of a core", maxBy(m.s, func(x serve.Sample) float64 { return 100 * x.CPU }))
 	return nil
 }

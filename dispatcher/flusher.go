@@ -14,8 +14,8 @@ import (
 )
 
 // flushTimeout bounds one call of a round of tracking writes (a chunk of
-// flushChunk partitions of a tick's flush), or the final flush and
-// release of the partitions a group hands over.
+// roundChunk partitions of a tick's flush or renewal, chunks.go), or the
+// final flush and release of the partitions a group hands over.
 const flushTimeout = 2 * time.Second
 
 // flusher writes the tracking state of all the node's partitions in one

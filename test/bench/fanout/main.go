@@ -434,8 +434,9 @@ func (b *bench) nodeTable(s []serve.Sample, targets bool) {
 }
 
 // shareRow prints the part of the records [from, to) on the partitions
-// each node read at the end of the load (the owners of subscription 0's
-// partitions, from /v1/nodes): keys hash unevenly over partitions (the
+// each node delivered at the end of the load, from /v1/nodes: with the
+// shared read every subscription's; with a group each (-baseline), those
+// of the subscription whose ID sorts first: keys hash unevenly over partitions (the
 // default 100 keys put 2% to 13% of the records on one of 12, and 42–44%
 // on the node of partitions 0, 2, 4, 6 or 4, 6, 8, 10), so the nodes'
 // loads differ by as much.
@@ -464,8 +465,8 @@ func (b *bench) shareRow(from, to int) {
 }
 
 // owners maps each partition of the topic to the index of the node that
-// delivers it for the first subscription created, as the nodes last
-// reported (node i is fanout-<i+1>).
+// delivers it for the subscription whose ID sorts first, as the nodes
+// last reported (node i is fanout-<i+1>).
 func (b *bench) owners() (map[int32]int, error) {
 	req, _ := http.NewRequest(http.MethodGet, b.nodes[0].Base+"/v1/nodes", nil)
 	req.Header.Set("Authorization", "Bearer "+b.token)

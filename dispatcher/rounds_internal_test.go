@@ -26,7 +26,7 @@ type slowTracker struct {
 
 // call takes per for each of n partitions, or fails when ctx ends
 // first, and counts the call; done counts what it wrote.
-func (s *slowTracker) call(ctx context.Context, n int) (err error, done func(p int32)) {
+func (s *slowTracker) call(ctx context.Context, n int) (done func(p int32), err error) {
 	s.mu.Lock()
 	s.calls++
 	s.now++
@@ -40,17 +40,17 @@ func (s *slowTracker) call(ctx context.Context, n int) (err error, done func(p i
 	s.mu.Lock()
 	s.now--
 	s.mu.Unlock()
-	return err, func(p int32) {
+	return func(p int32) {
 		if err == nil {
 			s.mu.Lock()
 			s.written[p]++
 			s.mu.Unlock()
 		}
-	}
+	}, err
 }
 
 func (s *slowTracker) FlushRanges(ctx context.Context, fs []tracking.PartitionFlush) []tracking.FlushResult {
-	err, done := s.call(ctx, len(fs))
+	done, err := s.call(ctx, len(fs))
 	out := make([]tracking.FlushResult, len(fs))
 	for i, pf := range fs {
 		out[i] = tracking.FlushResult{Err: err, Watermark: -1, Committed: -1}
@@ -60,7 +60,7 @@ func (s *slowTracker) FlushRanges(ctx context.Context, fs []tracking.PartitionFl
 }
 
 func (s *slowTracker) RenewRanges(ctx context.Context, rs []tracking.PartitionRenewal) []error {
-	err, done := s.call(ctx, len(rs))
+	done, err := s.call(ctx, len(rs))
 	out := make([]error, len(rs))
 	for i, r := range rs {
 		out[i] = err

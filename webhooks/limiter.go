@@ -260,8 +260,7 @@ func (l *Limiter) Acquire(ctx context.Context) (release func(status int), err er
 // their slot without a function made for each.
 func (l *Limiter) acquire(ctx context.Context) (epoch uint64, err error) {
 	l.mu.Lock()
-	if l.waiters.Len() == 0 && l.hasRoom() {
-		l.take()
+	if l.takeFree() {
 		epoch := l.epoch
 		l.mu.Unlock()
 		return epoch, nil
@@ -302,6 +301,16 @@ func (l *Limiter) take() {
 	l.peak = max(l.peak, l.inFlight)
 }
 
+// takeFree takes a slot when one is free and nobody waits for one (who
+// would be owed it first). Under mu.
+func (l *Limiter) takeFree() bool {
+	if l.waiters.Len() == 0 && l.hasRoom() {
+		l.take()
+		return true
+	}
+	return false
+}
+
 // grant hands free slots to waiters, oldest first: an Acquire's at once,
 // a Wait's appended to calls, for the caller to make with callGrants once
 // it let go of the lock.
@@ -329,8 +338,7 @@ func callGrants(calls []grantCall) {
 func (l *Limiter) TryAcquire() (Slot, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.waiters.Len() == 0 && l.hasRoom() {
-		l.take()
+	if l.takeFree() {
 		return Slot{l: l, epoch: l.epoch}, true
 	}
 	return Slot{}, false
@@ -347,8 +355,7 @@ func (l *Limiter) TryAcquire() (Slot, bool) {
 // pays for each the waiter, not a parked goroutine and its stack.
 func (l *Limiter) Wait(onGrant func(Slot)) (cancel func() bool) {
 	l.mu.Lock()
-	if l.waiters.Len() == 0 && l.hasRoom() {
-		l.take()
+	if l.takeFree() {
 		s := Slot{l: l, epoch: l.epoch}
 		l.mu.Unlock()
 		onGrant(s)

@@ -90,9 +90,11 @@ func wantLogs(t *testing.T, when string, got []string, want ...string) {
 // the node, and is said once: a warning when rounds start failing, one
 // line when they succeed again, nothing per partition and nothing more
 // while they go on failing. At 1,000 subscriptions a node logged 4,000
-// lines a failed round, and its deliveries waited on the log's lock.
+// lines a failed round, and its deliveries waited on the log's lock. The
+// round here is made in three chunks (chunks.go): the round says it, not
+// each chunk.
 func TestAFailingFlushRoundIsLoggedOnceNotPerPartition(t *testing.T) {
-	const n = 50
+	const n = 2*roundChunk + 50
 	var logs logRecords
 	tr := &failingRounds{err: errors.New("read tcp 127.0.0.1:6379: i/o timeout")}
 	fl := newFlusher(tr, time.Hour, slog.New(&logs))

@@ -23,6 +23,7 @@ import (
 const (
 	DefaultFlushInterval    = 20 * time.Millisecond
 	DefaultCommitInterval   = time.Second
+	DefaultCommitRate       = 200
 	DefaultDrainTimeout     = 10 * time.Second
 	DefaultRequestTimeout   = webhooks.DefaultTimeout
 	DefaultMaxWindow        = 10000
@@ -46,6 +47,17 @@ type Tuning struct {
 	// CommitInterval is how often the watermark is committed to Kafka.
 	// Default 1s.
 	CommitInterval time.Duration
+	// CommitRate bounds the Kafka commits a second of the node, over
+	// every subscription: a node running more subscriptions than
+	// CommitRate × CommitInterval commits each of them every
+	// subscriptions ÷ CommitRate seconds instead (a thousand at the
+	// default: every 5 s). Each subscription's group commits on its own,
+	// so without a bound the commits, and what each costs the node and
+	// its group coordinator, grow with the subscriptions and not with the
+	// records. What a later commit holds back is the lag Kafka shows; a
+	// new owner starts from the commit and skips what the tracking state
+	// says was acked, so nothing is delivered twice for it. Default 200.
+	CommitRate int
 	// DrainTimeout bounds how long a revoked partition waits for its
 	// in-flight deliveries before it lets go. Default 10s. Attempts in
 	// flight then still run to their own timeout (see RequestTimeout).
@@ -214,6 +226,9 @@ func (t Tuning) WithDefaults() Tuning {
 	if t.CommitInterval == 0 {
 		t.CommitInterval = DefaultCommitInterval
 	}
+	if t.CommitRate == 0 {
+		t.CommitRate = DefaultCommitRate
+	}
 	if t.DrainTimeout == 0 {
 		t.DrainTimeout = DefaultDrainTimeout
 	}
@@ -296,6 +311,8 @@ func (t Tuning) Validate() error {
 		}
 	}
 	switch {
+	case t.CommitRate < 0:
+		return &FieldError{Field: "CommitRate", Err: fmt.Errorf("%d must not be negative", t.CommitRate)}
 	case t.MaxWindow < 0:
 		return &FieldError{Field: "MaxWindow", Err: fmt.Errorf("%d must not be negative", t.MaxWindow)}
 	case t.ParkAfter != nil && *t.ParkAfter < 0:

@@ -40,6 +40,9 @@ type loops struct {
 	// fresh are the members joined since the topics loop last looked,
 	// guarded by mu.
 	fresh []*member
+	// period is how often each group commits (commitEvery), in
+	// nanoseconds, as the commit loop last set it.
+	period atomic.Int64
 }
 
 // member is one group's place in the loops.
@@ -159,14 +162,21 @@ func commitSlice(id string) int {
 	return int(h.Sum32() % commitSlices)
 }
 
-// commitLoop commits every group's watermarks each CommitInterval, each
-// group in its slice of the interval (commitSlice). The groups with
-// something to commit commit concurrently, up to maxCommitsInFlight, so
-// a slow one delays no other; when commits take longer than the interval
-// allows, each group's commits come less often (ticks are dropped while
-// the loop waits for room).
+// commitLoop commits every group's watermarks each commit period
+// (commitEvery: CommitInterval, or longer when the node runs more groups
+// than CommitRate allows commits in an interval), each group in its slice
+// of the period (commitSlice). The groups with something to commit commit
+// concurrently, up to maxCommitsInFlight, so a slow one delays no other;
+// when commits take longer than the period allows, each group's commits
+// come less often (the loop starts its next slice only once it found room
+// for this one's).
 func (l *loops) commitLoop(ctx context.Context) {
-	t := time.NewTicker(max(l.n.cfg.CommitInterval/commitSlices, time.Millisecond))
+	tick := func(groups int) time.Duration {
+		every := commitEvery(l.n.cfg.CommitInterval, l.n.cfg.CommitRate, groups)
+		l.period.Store(int64(every))
+		return max(every/commitSlices, time.Millisecond)
+	}
+	t := time.NewTimer(tick(0))
 	defer t.Stop()
 	var commits sync.WaitGroup
 	defer commits.Wait()
@@ -177,7 +187,9 @@ func (l *loops) commitLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, m := range l.snapshot() {
+		ms := l.snapshot()
+		t.Reset(tick(len(ms)))
+		for _, m := range ms {
 			if m.slice != slice || !m.g.hasCommit() || !m.committing.CompareAndSwap(false, true) {
 				continue
 			}
@@ -194,6 +206,23 @@ func (l *loops) commitLoop(ctx context.Context) {
 			})
 		}
 	}
+}
+
+// commitPeriod is how often each group commits now.
+func (l *loops) commitPeriod() time.Duration { return time.Duration(l.period.Load()) }
+
+// commitEvery is how often each of a node's groups commits: the commit
+// interval, or longer when the groups would commit more than rate times
+// a second (rate 0: no bound). The node's OffsetCommits, what each costs
+// it and the group coordinators, then stay bounded however many
+// subscriptions it runs: a thousand cursors committing every second made
+// a fifth of a node's CPU at five records a second, and most of the
+// broker's.
+func commitEvery(interval time.Duration, rate, groups int) time.Duration {
+	if rate <= 0 || groups <= 0 {
+		return interval
+	}
+	return max(interval, time.Duration(groups)*time.Second/time.Duration(rate))
 }
 
 // topicsLoop reads the retention of the node's topics every

@@ -199,6 +199,12 @@ func newTelemetry(n *Node) (*telemetry, error) {
 			return nil
 		}))
 	must(e)
+	_, e = m.Float64ObservableGauge("keyhook.commit.interval", metric.WithDescription("How often each subscription's group commits from this node: --commit-interval, or subscriptions ÷ --commit-rate seconds when the node runs more subscriptions than the rate allows in an interval."), metric.WithUnit("s"),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			o.Observe(n.loops.commitPeriod().Seconds())
+			return nil
+		}))
+	must(e)
 	_, e = m.Int64ObservableGauge("keyhook.partitions.unclaimed", metric.WithDescription("Partitions assigned to this node whose claim in the tracker is refused or failing (or fenced): nothing of them is delivered."), metric.WithUnit("{partition}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, g := range n.groups() {

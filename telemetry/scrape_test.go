@@ -127,7 +127,7 @@ func TestMetricsAfterAScriptedRunBackTheAlertsAndDashboard(t *testing.T) {
 	if got := value(families, "keyhook_redis_commands_total", ""); got < 1 {
 		t.Errorf("keyhook_redis_commands_total = %v; want the node's Redis commands counted", got)
 	}
-	for _, name := range []string{"keyhook_consumer_lag", "keyhook_watermark_distance", "keyhook_pending", "keyhook_partition_paused", "keyhook_in_flight", "keyhook_retrying", "keyhook_tracking_flush_duration_seconds", "keyhook_kafka_commit_duration_seconds", "keyhook_rebalances_total"} {
+	for _, name := range []string{"keyhook_consumer_lag", "keyhook_watermark_distance", "keyhook_pending", "keyhook_partition_paused", "keyhook_in_flight", "keyhook_retrying", "keyhook_tracking_flush_duration_seconds", "keyhook_kafka_commit_duration_seconds", "keyhook_commit_interval_seconds", "keyhook_rebalances_total"} {
 		if families[name] == nil {
 			t.Errorf("metric %s missing", name)
 		}

@@ -103,6 +103,13 @@ func (c *config) knobs() []knob {
 			bind: durationFlag(&n.FlushInterval, dispatcher.DefaultFlushInterval), check: positive(&n.FlushInterval)},
 		{name: "commit-interval", field: "CommitInterval", usage: "how often the watermark is committed to Kafka",
 			bind: durationFlag(&n.CommitInterval, dispatcher.DefaultCommitInterval), check: positive(&n.CommitInterval)},
+		{name: "commit-rate", field: "CommitRate", usage: "most Kafka commits a second from this node, over every subscription: with more subscriptions than commit-rate × commit-interval, each commits every subscriptions ÷ commit-rate seconds instead",
+			bind: intFlag(&n.CommitRate, dispatcher.DefaultCommitRate), check: func() string {
+				if n.CommitRate <= 0 {
+					return fmt.Sprintf("is %d, must be positive", n.CommitRate)
+				}
+				return ""
+			}},
 		{name: "session-timeout", field: "SessionTimeout", usage: "Kafka consumer group session timeout; a partition's ownership lease is four fifths of it",
 			bind: durationFlag(&n.SessionTimeout, dispatcher.DefaultSessionTimeout), check: positive(&n.SessionTimeout)},
 		{name: "max-window", field: "MaxWindow", usage: "records per partition held in memory until acked before fetching pauses (with --park-after 0, or ordering partition: records between watermark and fetch position)",

@@ -37,3 +37,31 @@ func Int64Metric(t testing.TB, r *sdkmetric.ManualReader, name string) int64 {
 	}
 	return n
 }
+
+// Float64Metric does the same for a float64 counter or gauge.
+func Float64Metric(t testing.TB, r *sdkmetric.ManualReader, name string) float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[float64]:
+				for _, dp := range d.DataPoints {
+					n += dp.Value
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range d.DataPoints {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
+}

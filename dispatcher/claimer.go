@@ -48,8 +48,9 @@ type claimer struct {
 type claimReq struct {
 	w *worker
 	c tracking.PartitionClaim
-	// sent is when the claim was asked for, on the worker's clock: its
-	// lease runs from then.
+	// sent is when the claim was sent, on the worker's clock: its lease
+	// runs from then. submit stamps when it was asked for, and its round
+	// again when it sends it.
 	sent   time.Duration
 	ranges keyrange.Set
 }
@@ -118,9 +119,16 @@ func (c *claimer) round(ctx context.Context) bool {
 	if len(live) == 0 {
 		return len(reqs) > 0
 	}
+	// A claim's lease runs from when its round sends it, not from when it
+	// was asked for: a node taking thousands of partitions over queues
+	// their claims behind earlier rounds for seconds, and leases counted
+	// from the asking ran out before their first renewal (261 of 4,000
+	// cursor partitions at a restart). The round starts before Redis
+	// takes any of its claims, as the lease needs.
 	cs := make([]tracking.PartitionClaim, len(live))
-	for i, r := range live {
-		cs[i] = r.c
+	for i := range live {
+		cs[i] = live[i].c
+		live[i].sent = live[i].w.since()
 	}
 	rctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	res := c.tracker.ClaimMany(rctx, cs)

@@ -177,3 +177,37 @@ func TestAStoppingWorkersClaimCostsNoCall(t *testing.T) {
 		t.Fatalf("rounds of %v, want only the first: the stopping workers' claims need none", got)
 	}
 }
+
+// A claim that waits behind another round has its lease counted from
+// when its own round sends it, not from when it was asked for: at a
+// restart thousands of claims queue for seconds, and leases counted from
+// the asking ran out before their first renewal.
+func TestAClaimsLeaseRunsFromItsRoundNotFromWhenItWaited(t *testing.T) {
+	tr := newGatedClaims()
+	c := newClaimer(tr, discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	first := claimWorkers(context.Background(), c, 0, 1)
+	<-tr.entered // the first round holds the claimer
+	w := &worker{ctx: context.Background(), pk: tracking.PartitionKey{Subscription: "s", Topic: "t", Partition: 1}, lease: newLease(8 * time.Second)}
+	w.bg.Add(1)
+	asked := w.since()
+	c.submit(claimReq{w: w, sent: asked, c: tracking.PartitionClaim{Key: w.pk, Owner: "n1", Generation: 1}})
+	const waited = 300 * time.Millisecond
+	time.Sleep(waited)
+	close(tr.gate)
+	answered(t, first)
+	res := answered(t, []*worker{w})[0]
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if res.sent < asked+waited {
+		t.Fatalf("the lease runs from %v on the worker's clock, asked at %v: it lost the %v the claim waited for its round", res.sent, asked, waited)
+	}
+	if now := w.since(); res.sent > now {
+		t.Fatalf("the lease runs from %v, after the answer came (%v)", res.sent, now)
+	}
+}

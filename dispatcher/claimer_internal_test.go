@@ -51,6 +51,17 @@ func (g *gatedClaims) sizes() []int {
 	return append([]int(nil), g.rounds...)
 }
 
+// startGatedClaimer runs a claimer over a gated tracker; stop ends it
+// and returns once its run did.
+func startGatedClaimer() (*gatedClaims, *claimer, func()) {
+	tr := newGatedClaims()
+	c := newClaimer(tr, discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(ctx) }()
+	return tr, c, func() { cancel(); <-done }
+}
+
 // claimWorkers are n workers of partitions 0..n-1 with their claims
 // submitted to c, each counted in its own bg.
 func claimWorkers(ctx context.Context, c *claimer, from, n int) []*worker {
@@ -93,12 +104,8 @@ func answered(t *testing.T, ws []*worker) []claimResult {
 // partitions made as many Redis calls at once, and hundreds of them ran
 // past their deadline waiting for a pooled connection.
 func TestClaimsWaitingBehindARoundGoTogether(t *testing.T) {
-	tr := newGatedClaims()
-	c := newClaimer(tr, discard)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	tr, c, stop := startGatedClaimer()
+	defer stop()
 
 	first := claimWorkers(context.Background(), c, 0, 1)
 	if n := <-tr.entered; n != 1 {
@@ -128,17 +135,12 @@ func TestClaimsWaitingBehindARoundGoTogether(t *testing.T) {
 // A claimer stopping answers every claim still waiting with its
 // context's error: a worker's stop waits for its claim's answer.
 func TestAStoppingClaimerAnswersEveryClaim(t *testing.T) {
-	tr := newGatedClaims()
-	c := newClaimer(tr, discard)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx) }()
+	tr, c, stop := startGatedClaimer()
 
 	inFlight := claimWorkers(context.Background(), c, 0, 1)
 	<-tr.entered
 	waiting := claimWorkers(context.Background(), c, 1, 5)
-	cancel()
-	<-done
+	stop()
 	for _, r := range answered(t, append(inFlight, waiting...)) {
 		if !errors.Is(r.err, context.Canceled) {
 			t.Fatalf("a claim answered %v when the claimer stopped, want context.Canceled", r.err)
@@ -152,12 +154,8 @@ func TestAStoppingClaimerAnswersEveryClaim(t *testing.T) {
 // A stopping worker's claim is answered with its context's error, and
 // costs no call, as its own call would have failed at once.
 func TestAStoppingWorkersClaimCostsNoCall(t *testing.T) {
-	tr := newGatedClaims()
-	c := newClaimer(tr, discard)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	tr, c, stop := startGatedClaimer()
+	defer stop()
 
 	inFlight := claimWorkers(context.Background(), c, 0, 1)
 	<-tr.entered
@@ -183,12 +181,8 @@ func TestAStoppingWorkersClaimCostsNoCall(t *testing.T) {
 // restart thousands of claims queue for seconds, and leases counted from
 // the asking ran out before their first renewal.
 func TestAClaimsLeaseRunsFromItsRoundNotFromWhenItWaited(t *testing.T) {
-	tr := newGatedClaims()
-	c := newClaimer(tr, discard)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	tr, c, stop := startGatedClaimer()
+	defer stop()
 
 	first := claimWorkers(context.Background(), c, 0, 1)
 	<-tr.entered // the first round holds the claimer

@@ -13,50 +13,33 @@ import (
 // nothing was recorded under that name.
 func Int64Metric(t testing.TB, r *sdkmetric.ManualReader, name string) int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					n += dp.Value
-				}
-			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
+	return sumMetric[int64](t, r, name)
 }
 
 // Float64Metric does the same for a float64 counter or gauge.
 func Float64Metric(t testing.TB, r *sdkmetric.ManualReader, name string) float64 {
 	t.Helper()
+	return sumMetric[float64](t, r, name)
+}
+
+func sumMetric[N int64 | float64](t testing.TB, r *sdkmetric.ManualReader, name string) N {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var n float64
+	var n N
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name != name {
 				continue
 			}
 			switch d := m.Data.(type) {
-			case metricdata.Sum[float64]:
+			case metricdata.Sum[N]:
 				for _, dp := range d.DataPoints {
 					n += dp.Value
 				}
-			case metricdata.Gauge[float64]:
+			case metricdata.Gauge[N]:
 				for _, dp := range d.DataPoints {
 					n += dp.Value
 				}

@@ -94,6 +94,99 @@ func TestIdleSubscriptionHasNoDeliveryGoroutine(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the delivery goroutines gone once idle again", func() bool { return poolGoroutines(t) == 0 })
 }
 
+// subscriptionGoroutines counts the goroutines that run a subscription's
+// lifecycle on the node: its runner or its group's run.
+func subscriptionGoroutines(t *testing.T) int {
+	t.Helper()
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, "keyhook/dispatcher.(*runner).run") || strings.Contains(g, "keyhook/dispatcher.(*group).run") {
+			n++
+		}
+	}
+	return n
+}
+
+// An idle subscription on the shared read costs the node one goroutine,
+// which runs its cursor: its partitions' loops sleep without one, and no
+// second goroutine waits beside the cursor for the subscription to change.
+// A change still restarts it, on the same goroutine.
+func TestAnIdleSharedReadSubscriptionCostsTheNodeOneGoroutine(t *testing.T) {
+	topic := testutil.UniqueTopic("onegor")
+	brokers := testutil.Kfake(t, 2, topic)
+	rdb := testutil.StartRedis(t).Client()
+	before, after := testutil.StartSink(t), testutil.StartSink(t)
+	store, err := subscription.New(rdb, subscription.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	var subs []*subscription.Subscription
+	for i := range n {
+		sub := &subscription.Subscription{Name: fmt.Sprintf("onegor-%d", i), Topics: []string{topic},
+			Endpoint: subscription.Endpoint{URL: before.URL}, DeadLetterTopic: subscription.DeadLetterNone}
+		if err := store.Create(context.Background(), sub); err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	h := startNodeWith(t, brokers, rdb, store, sharedRead(nil, 0))
+	defer h.stop(t)
+	claimed := func(want int) func() bool {
+		return func() bool {
+			c := 0
+			for _, o := range h.node.Owned() {
+				if o.Claimed {
+					c++
+				}
+			}
+			return c == want
+		}
+	}
+	oneEach := func(when string) {
+		t.Helper()
+		got := 0
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if got = subscriptionGoroutines(t); got == n {
+				return
+			}
+		}
+		t.Fatalf("%d goroutines run %d subscriptions %s, want one each", got, n, when)
+	}
+	update := func(fn func(*subscription.Subscription)) {
+		t.Helper()
+		if _, err := store.Update(context.Background(), subs[0].ID, subscription.AnyVersion, func(s *subscription.Subscription) error {
+			fn(s)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 60*time.Second, "every subscription's 2 partitions claimed", claimed(2*n))
+	oneEach("idle")
+
+	update(func(s *subscription.Subscription) { s.Paused = true })
+	testutil.WaitFor(t, 30*time.Second, "the paused subscription's partitions released", claimed(2*(n-1)))
+	oneEach("with one paused")
+
+	update(func(s *subscription.Subscription) { s.Paused, s.Endpoint.URL = false, after.URL })
+	testutil.WaitFor(t, 60*time.Second, "the resumed subscription's partitions claimed again", claimed(2*n))
+	const records = 20
+	produce(t, brokers, topic, records, func(i int) string { return fmt.Sprintf("k-%d", i) }, func(i int) int32 { return int32(i % 2) })
+	after.WaitAcked(t, records, time.Minute)
+	testutil.WaitFor(t, time.Minute, "every record delivered to each unchanged subscription", func() bool {
+		return len(before.Deliveries()) >= records*(n-1)
+	})
+	if got := len(before.Deliveries()); got != records*(n-1) {
+		t.Errorf("the old endpoint got %d deliveries, want %d: the changed subscription delivered with its old version", got, records*(n-1))
+	}
+	oneEach("after a change")
+}
+
 // countingQueue counts the node's listings of the redrive queues.
 type countingQueue struct {
 	*deadletter.Queue

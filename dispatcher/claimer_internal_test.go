@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -99,10 +100,12 @@ func answered(t *testing.T, ws []*worker) []claimResult {
 }
 
 // The claims that come while a round is in flight go together in the
-// next one, at most maxClaimRound per round, and each worker gets its
-// own partition's answer: a node restarting with thousands of cursor
-// partitions made as many Redis calls at once, and hundreds of them ran
-// past their deadline waiting for a pooled connection.
+// next one, at most maxClaimRound per round, made in chunks of roundChunk
+// all in flight at once, and each worker gets its own partition's answer:
+// a node restarting with thousands of cursor partitions made as many
+// Redis calls at once, and hundreds of them ran past their deadline
+// waiting for a pooled connection; then, in rounds of one call each, took
+// 6 s to claim 4,000.
 func TestClaimsWaitingBehindARoundGoTogether(t *testing.T) {
 	tr, c, stop := startGatedClaimer()
 	defer stop()
@@ -113,6 +116,20 @@ func TestClaimsWaitingBehindARoundGoTogether(t *testing.T) {
 	}
 	const more = 2*maxClaimRound + 76
 	rest := claimWorkers(context.Background(), c, 1, more)
+	tr.gate <- struct{}{} // the lone claim's round ends
+	// Well before a chunk's deadline, which one after the other would wait
+	// for.
+	inFlight := time.After(claimTimeout / 2)
+	for i := range roundParallel {
+		select {
+		case n := <-tr.entered:
+			if n != roundChunk {
+				t.Fatalf("a chunk of the next round made %d claims, want %d", n, roundChunk)
+			}
+		case <-inFlight:
+			t.Fatalf("%d of the next round's chunks in flight at once, want %d", i, roundParallel)
+		}
+	}
 	close(tr.gate)
 	res := answered(t, append(first, rest...))
 	for i, r := range res {
@@ -120,15 +137,13 @@ func TestClaimsWaitingBehindARoundGoTogether(t *testing.T) {
 			t.Fatalf("partition %d answered epoch %d, err %v; want its own claim's epoch %d", i, r.c.Epoch, r.err, i+1)
 		}
 	}
-	want := []int{1, maxClaimRound, maxClaimRound, 76}
-	got := tr.sizes()
-	if len(got) != len(want) {
-		t.Fatalf("rounds of %v, want %v", got, want)
+	want := []int{1}
+	for range 2 * roundParallel {
+		want = append(want, roundChunk)
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("rounds of %v, want %v", got, want)
-		}
+	want = append(want, 76)
+	if got := tr.sizes(); !slices.Equal(got, want) {
+		t.Fatalf("calls of %v claims, want %v", got, want)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/keyhook/keyhook/configlog"
 )
@@ -144,4 +145,10 @@ func (s *Store) RemoveEntry(ctx context.Context, e configlog.Entry) error {
 // Mark returns the set's version, which every change the Store makes
 // moves (configlog.Marked): the config log's restorer snapshots the set
 // only when it moved.
-func (s *Store) Mark(ctx context.Context) (string, error) { return s.version(ctx) }
+func (s *Store) Mark(ctx context.Context) (string, error) {
+	v, err := s.version(ctx)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(v, 10), nil
+}

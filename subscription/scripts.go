@@ -12,7 +12,10 @@ import (
 // the announcements Pub/Sub itself loses). Each change also increments
 // the set's version (keyspace.SubscriptionsVersion), always the last of
 // the script's KEYS: a watcher reads it to tell whether to list the set
-// again.
+// again. The announcement is "<id> <version>", the set's version the
+// change made: a watcher that holds the version before it reads that one
+// subscription, not the whole set, and one that sees a version skipped
+// lists the set (changeOf).
 //
 // A script that reads a field of a subscription's JSON names it through
 // F, a Lua table that fieldsLua declares at the script's head from the
@@ -41,8 +44,8 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
     return 0
   end
 end
-redis.call('INCR', KEYS[#KEYS])
-redis.call('PUBLISH', ARGV[3], ARGV[1])
+local setVersion = redis.call('INCR', KEYS[#KEYS])
+redis.call('PUBLISH', ARGV[3], ARGV[1] .. ' ' .. setVersion)
 return 1
 `)
 
@@ -77,8 +80,8 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   end
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
-redis.call('INCR', KEYS[#KEYS])
-redis.call('PUBLISH', ARGV[3], ARGV[1])
+local setVersion = redis.call('INCR', KEYS[#KEYS])
+redis.call('PUBLISH', ARGV[3], ARGV[1] .. ' ' .. setVersion)
 return {1, ''}
 `)
 
@@ -107,8 +110,8 @@ if v ~= tonumber(ARGV[2]) then
   return {-1, v}
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('INCR', KEYS[#KEYS])
-redis.call('PUBLISH', ARGV[4], ARGV[1])
+local setVersion = redis.call('INCR', KEYS[#KEYS])
+redis.call('PUBLISH', ARGV[4], ARGV[1] .. ' ' .. setVersion)
 return {1, v}
 `
 
@@ -126,8 +129,8 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('SET', KEYS[2], '1', 'EX', 60)
-redis.call('INCR', KEYS[#KEYS])
-redis.call('PUBLISH', ARGV[2], ARGV[1])
+local setVersion = redis.call('INCR', KEYS[#KEYS])
+redis.call('PUBLISH', ARGV[2], ARGV[1] .. ' ' .. setVersion)
 return 1
 `)
 
@@ -156,8 +159,8 @@ if v ~= tonumber(ARGV[2]) then
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], '1', 'EX', 60)
-redis.call('INCR', KEYS[#KEYS])
-redis.call('PUBLISH', ARGV[3], ARGV[1])
+local setVersion = redis.call('INCR', KEYS[#KEYS])
+redis.call('PUBLISH', ARGV[3], ARGV[1] .. ' ' .. setVersion)
 return {1, v}
 `
 
@@ -178,8 +181,8 @@ if cur and cjson.decode(cur)[F.version] >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('INCR', KEYS[#KEYS])
-redis.call('PUBLISH', ARGV[4], ARGV[1])
+local setVersion = redis.call('INCR', KEYS[#KEYS])
+redis.call('PUBLISH', ARGV[4], ARGV[1] .. ' ' .. setVersion)
 return 1
 `)
 
@@ -198,7 +201,7 @@ if not cur or cjson.decode(cur)[F.version] >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('INCR', KEYS[#KEYS])
-redis.call('PUBLISH', ARGV[3], ARGV[1])
+local setVersion = redis.call('INCR', KEYS[#KEYS])
+redis.call('PUBLISH', ARGV[3], ARGV[1] .. ' ' .. setVersion)
 return 1
 `)

@@ -1,14 +1,12 @@
 package subscription
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -224,12 +222,7 @@ func decodeAll(all map[string]string) ([]*Subscription, error) {
 		}
 		subs = append(subs, sub)
 	}
-	slices.SortFunc(subs, func(a, b *Subscription) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	sortSubs(subs)
 	return subs, nil
 }
 

@@ -49,8 +49,9 @@ func TestUpdateStoresTheNextVersionAndAnnouncesIt(t *testing.T) {
 	if stored, _ := store.Get(ctx, sub.ID); !cmp.Equal(stored, got) {
 		t.Errorf("stored %+v, returned %+v", stored, got)
 	}
-	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != sub.ID {
-		t.Errorf("announced %v, %v; want %s", msg, err, sub.ID)
+	// The id and the set's version: the create made 1.
+	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != sub.ID+" 2" {
+		t.Errorf("announced %v, %v; want %s 2", msg, err, sub.ID)
 	}
 
 	// No change, no new version, no write.

@@ -33,13 +33,15 @@ const (
 // what makes the feed dependable: a lost Pub/Sub message or a Redis
 // restart that lost data is healed within one interval. It costs one GET
 // of the set's version (keyspace.SubscriptionsVersion), which every change
-// the Store makes increments; the set is listed and decoded again only
-// when the version moved, and every fullResyncEvery resyncs whatever it
-// says, which heals a change made behind the store's back. fn may
-// therefore be called with an unchanged set and must treat each call as
-// the whole truth, not as a delta; when the version did not move, fn is
-// given the values of its previous call again, so it must not change
-// them.
+// the Store makes increments; the set is listed again only when the
+// version moved, and every fullResyncEvery resyncs whatever it says, which
+// heals a change made behind the store's back. An announced change that
+// follows the version Watch holds reads only its own subscription; one
+// that skips a version lists the set. A listing decodes only the
+// subscriptions whose JSON changed. fn may therefore be called with an
+// unchanged set and must treat each call as the whole truth, not as a
+// delta; a subscription that did not change is given as the same value
+// as in the previous call, so fn must not change the values.
 //
 // fn is called from Watch's goroutine only, one call at a time; a slow fn
 // delays the next call and does not pile calls up. While Redis is
@@ -70,37 +72,70 @@ func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subs
 	// interval: the first call comes from the subscription confirmation,
 	// which arrives at once when Redis is up.
 	due := time.Now().Add(resync)
-	// The set last listed, at version; fullDue is when the next resync
-	// lists it whatever the version says.
+	// The set as last read; fullDue is when the next resync lists it
+	// whatever the version says.
 	var (
-		last    []*Subscription
-		version string
-		listed  bool
+		v       view
 		fullDue time.Time
 	)
+	report := func() {
+		fn(v.subs())
+		due = time.Now().Add(resync)
+	}
 	// refresh calls fn with the current set; a resync (force false) lists
-	// it only when its version moved or a full resync is due, a change or
-	// a (re)subscription always.
+	// it only when its version moved or a full resync is due, a
+	// (re)subscription always.
 	refresh := func(force bool) bool {
 		now := time.Now()
-		if !force && listed && now.Before(fullDue) {
-			v, err := s.version(ctx)
+		if !force && v.listed && now.Before(fullDue) {
+			ver, err := s.version(ctx)
 			if err != nil {
 				return false
 			}
-			if v == version {
-				fn(last)
-				due = time.Now().Add(resync)
+			if ver == v.version {
+				report()
 				return true
 			}
 		}
-		v, subs, err := s.listVersioned(ctx)
+		ver, all, err := s.listVersioned(ctx)
 		if err != nil {
 			return false
 		}
-		last, version, listed, fullDue = subs, v, true, now.Add(fullResyncEvery*resync)
-		fn(subs)
-		due = time.Now().Add(resync)
+		if err := v.replace(all, ver); err != nil {
+			return false
+		}
+		fullDue = now.Add(fullResyncEvery * resync)
+		report()
+		return true
+	}
+	// change calls fn after an announced change: it reads the changed
+	// subscription alone when the change is the next version of the
+	// view, and lists the set when one was skipped (a message lost) or
+	// the announcement carries no version.
+	change := func(payload string) bool {
+		id, ver, ok := changeOf(payload)
+		switch {
+		case !ok || !v.listed || ver > v.version+1:
+			return refresh(true)
+		case ver <= v.version:
+			// Listed already: the listing came between the change and its
+			// message.
+			report()
+			return true
+		}
+		raw, err := s.rdb.HGet(ctx, s.keys.Subscriptions(), id).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			v.remove(id)
+		case err != nil:
+			return false
+		default:
+			if err := v.put(id, raw); err != nil {
+				return false
+			}
+		}
+		v.version = ver
+		report()
 		return true
 	}
 
@@ -110,12 +145,18 @@ func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subs
 		msg, err := ps.ReceiveTimeout(ctx, max(time.Until(due), time.Millisecond))
 		switch {
 		case err == nil:
-			if _, ok := msg.(*redis.Pong); ok {
+			var ok bool
+			switch m := msg.(type) {
+			case *redis.Pong:
 				continue
+			case *redis.Message:
+				ok = change(m.Payload)
+			default:
+				// A *Subscription confirms a (re)subscription, before
+				// which changes may have been missed.
+				ok = refresh(true)
 			}
-			// A *Message is a change; a *Subscription confirms a
-			// (re)subscription, before which changes may have been missed.
-			if !refresh(true) {
+			if !ok {
 				sleep(ctx, retry.NextBackOff())
 				continue
 			}
@@ -146,22 +187,22 @@ func (s *Store) Watch(ctx context.Context, resync time.Duration, fn func([]*Subs
 	return nil
 }
 
-// version reads the set's version; "" when no change ever set it.
-func (s *Store) version(ctx context.Context) (string, error) {
-	v, err := s.rdb.Get(ctx, s.keys.SubscriptionsVersion()).Result()
+// version reads the set's version; 0 when no change ever set it.
+func (s *Store) version(ctx context.Context) (int64, error) {
+	v, err := s.rdb.Get(ctx, s.keys.SubscriptionsVersion()).Int64()
 	if errors.Is(err, redis.Nil) {
-		return "", nil
+		return 0, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("subscription: read the version: %w", err)
+		return 0, fmt.Errorf("subscription: read the version: %w", err)
 	}
 	return v, nil
 }
 
-// listVersioned is List with the set's version read just before it, in
-// one round trip: a change between the two shows as a version that moved
-// at the next read, never as a change missed.
-func (s *Store) listVersioned(ctx context.Context) (string, []*Subscription, error) {
+// listVersioned reads the set, undecoded, with its version read just
+// before it, in one round trip: a change between the two shows as a
+// version that moved at the next read, never as a change missed.
+func (s *Store) listVersioned(ctx context.Context) (int64, map[string]string, error) {
 	var get *redis.StringCmd
 	var all *redis.MapStringStringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -170,20 +211,19 @@ func (s *Store) listVersioned(ctx context.Context) (string, []*Subscription, err
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", nil, fmt.Errorf("subscription: list: %w", err)
+		return 0, nil, fmt.Errorf("subscription: list: %w", err)
 	}
-	v, err := get.Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", nil, fmt.Errorf("subscription: list: %w", err)
+	v, err := get.Int64()
+	if errors.Is(err, redis.Nil) {
+		v, err = 0, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("subscription: list: the version: %w", err)
 	}
 	if err := all.Err(); err != nil {
-		return "", nil, fmt.Errorf("subscription: list: %w", err)
+		return 0, nil, fmt.Errorf("subscription: list: %w", err)
 	}
-	subs, err := decodeAll(all.Val())
-	if err != nil {
-		return "", nil, err
-	}
-	return v, subs, nil
+	return v, all.Val(), nil
 }
 
 func isTimeout(err error) bool {

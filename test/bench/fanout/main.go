@@ -285,10 +285,17 @@ func run(c config) ([]figure, error) {
 	fmt.Printf("fanout: %d nodes of %s %s, %d subscriptions on one %d-partition topic, %d keys; node logs in %s\n",
 		c.nodes, c.bin, strings.Join(c.extra, " "), c.subs, c.partitions, c.keys, dir)
 	t0 := time.Now()
+	cpu0 := b.nodesCPU()
 	if err := createSubs(b.nodes[0].Base, token, b.topic, b.sink.url, c.subs); err != nil {
 		return nil, err
 	}
-	fmt.Printf("created %d subscriptions through node 1 in %v\n", c.subs, time.Since(t0).Round(time.Millisecond))
+	// What the nodes spent meanwhile: each hears of every change and
+	// starts a consumer for each new subscription.
+	cpu := b.nodesCPU()
+	for i := range cpu {
+		cpu[i] = math.Round((cpu[i]-cpu0[i])*10) / 10
+	}
+	fmt.Printf("created %d subscriptions through node 1 in %v; the nodes' CPU meanwhile: %v s\n", c.subs, time.Since(t0).Round(time.Millisecond), cpu)
 	time.Sleep(c.settle)
 	if err := b.warmUp(ctx); err != nil {
 		return nil, err
@@ -726,6 +733,15 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(sorted))+0.5) - 1
 	i = max(0, min(i, len(sorted)-1))
 	return sorted[i].Round(time.Millisecond)
+}
+
+// nodesCPU reads each node's CPU seconds so far, 0 for one it cannot.
+func (b *bench) nodesCPU() []float64 {
+	out := make([]float64, len(b.nodes))
+	for i, n := range b.nodes {
+		out[i], _ = serve.CPUSeconds(n.Pid())
+	}
+	return out
 }
 
 // restartPhase stops node 2 (SIGTERM for term, SIGKILL for kill) while

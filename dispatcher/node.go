@@ -184,13 +184,18 @@ func New(cfg Config, subs Subscriptions, sender Sender, tracker Tracker) (*Node,
 // reader when g is its first.
 func (n *Node) joinReader(ctx context.Context, g *group) error {
 	n.readersMu.Lock()
-	defer n.readersMu.Unlock()
 	key := topicSetKey(g.sub.Topics)
 	if r := n.readers[key]; r != nil {
 		g.rd, g.live = r, r.live
-		r.attach(ctx, g)
+		// Queued under readersMu, so that no cursor leaving stops the
+		// reader meanwhile; attached without it, together with the
+		// cursors joining beside it.
+		r.enqueue(g)
+		n.readersMu.Unlock()
+		r.attachJoining(ctx)
 		return nil
 	}
+	defer n.readersMu.Unlock()
 	r, err := newReader(n, g.sub.Topics, g)
 	if err != nil {
 		g.rd = nil

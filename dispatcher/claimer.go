@@ -11,7 +11,7 @@ import (
 	"github.com/keyhook/keyhook/tracking"
 )
 
-// claimTimeout bounds one round of claims.
+// claimTimeout bounds one call of a round of claims (a chunk of it).
 const claimTimeout = 5 * time.Second
 
 // maxClaimRound caps the claims of one round: it is made as the flusher's

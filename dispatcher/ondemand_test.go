@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,9 @@ import (
 	"github.com/keyhook/keyhook/subscription"
 )
 
-// poolGoroutines counts the goroutines running in the delivery pool
-// (any frame of dispatcher's pool), from the goroutine profile.
-func poolGoroutines(t *testing.T) int {
+// goroutinesIn counts the goroutines with a frame of any of funcs in
+// their stack, from the goroutine profile.
+func goroutinesIn(t *testing.T, funcs ...string) int {
 	t.Helper()
 	var b bytes.Buffer
 	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
@@ -29,11 +30,18 @@ func poolGoroutines(t *testing.T) int {
 	}
 	n := 0
 	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "keyhook/dispatcher.(*pool)") {
+		if slices.ContainsFunc(funcs, func(f string) bool { return strings.Contains(g, f) }) {
 			n++
 		}
 	}
 	return n
+}
+
+// poolGoroutines counts the goroutines running in the delivery pool
+// (any frame of dispatcher's pool).
+func poolGoroutines(t *testing.T) int {
+	t.Helper()
+	return goroutinesIn(t, "keyhook/dispatcher.(*pool)")
 }
 
 // max_in_flight is a cap of attempts at once, not a pool of goroutines:
@@ -98,17 +106,7 @@ func TestIdleSubscriptionHasNoDeliveryGoroutine(t *testing.T) {
 // lifecycle on the node: its runner or its group's run.
 func subscriptionGoroutines(t *testing.T) int {
 	t.Helper()
-	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "keyhook/dispatcher.(*runner).run") || strings.Contains(g, "keyhook/dispatcher.(*group).run") {
-			n++
-		}
-	}
-	return n
+	return goroutinesIn(t, "keyhook/dispatcher.(*runner).run", "keyhook/dispatcher.(*group).run")
 }
 
 // An idle subscription on the shared read costs the node one goroutine,

@@ -139,20 +139,7 @@ func TestWatchResyncSeesAChangeWhoseMessageWasLost(t *testing.T) {
 	waitForIDs(t, ids, []string{a.ID}, 2*time.Second)
 
 	// What a store's script writes, without the message it publishes.
-	b := &Subscription{ID: "sub_bbbbbbbbbbbbbbbbbbbb", Name: "b", Topics: []string{"orders"}, Endpoint: Endpoint{URL: "https://h.example"},
-		CreatedAt: a.CreatedAt.Add(time.Millisecond), Version: 1}
-	data, err := json.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, "keyhook:subscriptions", b.ID, data)
-		p.Incr(ctx, "keyhook:{keyhook:subscriptions}:version")
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	b := storeUnannounced(t, rdb, "b", a.CreatedAt.Add(time.Millisecond))
 	waitForIDs(t, ids, []string{a.ID, b.ID}, 3*time.Second)
 }
 

@@ -146,7 +146,9 @@ func (a *App) heartbeat(ctx context.Context) error {
 		if a.node == nil {
 			return
 		}
-		for _, o := range a.node.Owned() {
+		owned := a.node.Owned()
+		i.Owned = make([]nodes.Ownership, 0, len(owned))
+		for _, o := range owned {
 			i.Owned = append(i.Owned, nodes.Ownership(o))
 		}
 		for _, b := range a.node.Breakers() {

@@ -230,9 +230,14 @@ func parseTopicID(s string) (kadm.TopicID, bool) {
 
 // readerGroup is the consumer group of the group's reader, "" none. It
 // is derived, not read from rd: stats read it while the cursor joins.
+// newGroup derives it once (readerID); a group built otherwise, as in a
+// test, derives it on each call.
 func (g *group) readerGroup() string {
 	if !g.n.cfg.SharedRead {
 		return ""
+	}
+	if g.readerID != "" {
+		return g.readerID
 	}
 	return readerGroupID(g.sub.Topics)
 }

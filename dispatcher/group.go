@@ -53,6 +53,9 @@ type group struct {
 	// watchHealth is set when the node has a Health monitor and the
 	// subscription sets disable_after: its attempts are told.
 	watchHealth bool
+	// readerID is the consumer group of the shared read, set by newGroup
+	// (readerGroup).
+	readerID string
 	// Metric attribute sets, built once so the hot path allocates none.
 	attrs        attribute.Set
 	classAttrs   map[string]attribute.Set
@@ -141,6 +144,7 @@ func newGroup(n *Node, s *subscription.Subscription) (*group, error) {
 	g.wctx, g.stopWorkers = context.WithCancel(context.Background())
 	if n.cfg.SharedRead {
 		// A cursor: the reader of its topics fetches for it (reader.go).
+		g.readerID = readerGroupID(s.Topics)
 		return g, nil
 	}
 	// Every group resets to the earliest offset, whatever its start: the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -206,4 +207,31 @@ func startsAround(sink *testutil.Sink, t0 time.Time, from, to, late time.Duratio
 		}
 	}
 	return within, retries, after
+}
+
+// checkOwnedMatchesStats fails unless Owned lists what Stats shows, in
+// its order: Owned reads the workers directly for the heartbeat, and the
+// two must not drift apart. The two are read one after the other, so a
+// node still settling gets a few tries.
+func checkOwnedMatchesStats(t *testing.T, n *dispatcher.Node) {
+	t.Helper()
+	var got, want []dispatcher.Ownership
+	for range 50 {
+		want = want[:0]
+		for _, g := range n.Stats() {
+			for _, p := range g.Partitions {
+				o := dispatcher.Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed,
+					Reader: g.Reader, CatchingUp: p.Detached}
+				if p.Ranges != nil && !p.Ranges.IsFull() {
+					o.Ranges = p.Ranges.String()
+				}
+				want = append(want, o)
+			}
+		}
+		if got = n.Owned(); len(want) > 0 && slices.Equal(got, want) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("Owned lists %v, Stats shows %v", got, want)
 }

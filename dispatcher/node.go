@@ -1,10 +1,13 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -344,18 +347,40 @@ type Ownership struct {
 	CatchingUp bool `json:"catching_up,omitempty"`
 }
 
-// Owned lists the partitions this node owns right now, sorted.
+// Owned lists the partitions this node owns right now, sorted by
+// subscription, topic and partition. The heartbeat calls it every few
+// seconds over every cursor's partitions, so it reads the workers
+// directly: through Stats it built and sorted a GroupStats per
+// subscription, half of an idle node's allocations at 1,000 of them.
 func (n *Node) Owned() []Ownership {
-	var out []Ownership
-	for _, g := range n.Stats() {
-		for _, p := range g.Partitions {
-			o := Ownership{Subscription: g.Subscription, Topic: p.Topic, Partition: p.Partition, Claimed: p.Claimed,
-				Reader: g.Reader, CatchingUp: p.Detached}
-			if p.Ranges != nil && !p.Ranges.IsFull() {
-				o.Ranges = p.Ranges.String()
+	gs := n.groups()
+	slices.SortFunc(gs, func(a, b *group) int { return strings.Compare(a.sub.ID, b.sub.ID) })
+	size := 0
+	for _, g := range gs {
+		g.mu.Lock()
+		size += len(g.workers)
+		g.mu.Unlock()
+	}
+	out := make([]Ownership, 0, size)
+	for _, g := range gs {
+		from := len(out)
+		reader := g.readerGroup()
+		g.mu.Lock()
+		for _, w := range g.workers {
+			o := Ownership{Subscription: g.sub.ID, Topic: w.tp.topic, Partition: w.tp.partition,
+				Claimed: w.pub.claimed.Load() && !w.pub.fenced.Load(), Reader: reader, CatchingUp: w.pub.detached.Load()}
+			if r := w.ranges(); r != nil && !r.IsFull() {
+				o.Ranges = r.String()
 			}
 			out = append(out, o)
 		}
+		g.mu.Unlock()
+		slices.SortFunc(out[from:], func(a, b Ownership) int {
+			if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Partition, b.Partition)
+		})
 	}
 	return out
 }

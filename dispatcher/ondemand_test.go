@@ -166,6 +166,7 @@ func TestAnIdleSharedReadSubscriptionCostsTheNodeOneGoroutine(t *testing.T) {
 	}
 	testutil.WaitFor(t, 60*time.Second, "every subscription's 2 partitions claimed", claimed(2*n))
 	oneEach("idle")
+	checkOwnedMatchesStats(t, h.node)
 
 	update(func(s *subscription.Subscription) { s.Paused = true })
 	testutil.WaitFor(t, 30*time.Second, "the paused subscription's partitions released", claimed(2*(n-1)))

@@ -51,6 +51,7 @@ func TestSharedReadNodesBeyondThePartitionCountShareItByKeyRange(t *testing.T) {
 			split = append(split, waitSharedBy(t, nodes, s.ID))
 		}
 		for i := range nodes {
+			checkOwnedMatchesStats(t, nodes[i].node)
 			if !split[0][i].Equal(split[1][i]) {
 				t.Errorf("node %d delivers %v of one subscription and %v of the other, want the reader's ranges for both", i, split[0][i], split[1][i])
 			}

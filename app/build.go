@@ -224,6 +224,12 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
+		// The node restarted after a crash removes the member it left in
+		// its reader groups (dispatcher.MemberMemory).
+		members, err := nodes.NewMembers(a.rdb, "", cfg.NodeID)
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		a.node, err = dispatcher.New(dispatcher.Config{
 			AttemptLog:          attemptLog,
 			NodeID:              cfg.NodeID,
@@ -237,6 +243,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 				a.events.Emit(events.SubscriptionCursorDetached(sub, events.CursorDetached{Topic: topic, Partition: partition, Behind: behind, Reason: reason}))
 			},
 			RateTokens: rateTokens,
+			Members:    members,
 			// Deleted subscriptions leave /metrics with their consumers.
 			ForgetSubscription: a.tel.ForgetSubscription,
 			Logger:             log,

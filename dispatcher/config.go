@@ -156,6 +156,12 @@ type Config struct {
 	// key's lane (deadletter.Queue). Default nil: redrives are left
 	// queued for other nodes.
 	Redrives RedriveQueue
+	// Members, when not nil, remembers the member id the node joined each
+	// reader group as (nodes.Members). A reader removes the member it
+	// remembers before it joins: the node restarted after a crash gets
+	// its partitions back at once, not after the dead member's session
+	// timeout. Nil: a crashed node's partitions wait for that timeout.
+	Members MemberMemory
 	// RateTokens, when not nil, takes the tokens of rate-limited
 	// subscriptions from a limit shared by every node
 	// (ratelimit.Tokens). Nil gives each node a subscription's whole rate

@@ -213,6 +213,11 @@ func (n *Node) joinReader(ctx context.Context, g *group) error {
 func (n *Node) adminClient() (*kgo.Client, error) {
 	n.readersMu.Lock()
 	defer n.readersMu.Unlock()
+	return n.adminClientLocked()
+}
+
+// adminClientLocked is adminClient with n.readersMu held.
+func (n *Node) adminClientLocked() (*kgo.Client, error) {
 	if n.admin == nil {
 		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.cfg.Brokers...), kgo.ClientID("keyhook-" + n.cfg.NodeID + "-admin")}, n.cfg.KafkaOptions...)...)
 		if err != nil {

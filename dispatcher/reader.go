@@ -97,6 +97,13 @@ type reader struct {
 	cancel context.CancelFunc
 	// loops are the poll, the settler (readshare.go) and the committer.
 	loops sync.WaitGroup
+
+	// member is the member id last remembered (rememberMember), at
+	// memberAt; memberFailing is set while remembering fails. Owned by
+	// the committer.
+	member        string
+	memberAt      time.Time
+	memberFailing bool
 }
 
 // newReader builds the reader of topics with its first cursor, which is
@@ -119,6 +126,7 @@ func newReader(n *Node, topics []string, first *group) (*reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: reader: %w", err)
 	}
+	n.removePredecessor(gid, r.log)
 	opts := n.memberOpts(gid, r.topics, kgo.NewOffset().AtStart(), balancers, memberCallbacks{
 		assigned: r.onAssigned, revoked: r.onRevoked, lost: r.onLost, offsets: r.startOffsets, live: r.live,
 	})
@@ -185,7 +193,7 @@ func (r *reader) run(ctx context.Context) {
 }
 
 // committer commits the reader group's offsets every commit interval
-// until ctx ends. It is a loop of its own, not a step of the poll: an
+// until ctx ends, and remembers the node's member of the group. It is a loop of its own, not a step of the poll: an
 // OffsetCommit waits for the group coordinator, which under the cursors'
 // own commits answered in 50 to 500 ms, and the poll held that long
 // delayed every subscription's next records.
@@ -198,6 +206,7 @@ func (r *reader) committer(ctx context.Context) {
 			return
 		case <-t.C:
 			r.commit()
+			r.rememberMember(ctx)
 		}
 	}
 }

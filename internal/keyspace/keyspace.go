@@ -312,6 +312,17 @@ func (k Keyspace) Nodes() string {
 	return k.prefix() + ":nodes"
 }
 
+// GroupMember is the STRING holding the member id a node last joined a
+// consumer group as, so that the node restarted after a crash can remove
+// that member at once (package nodes, Members):
+//
+//	<prefix>:member:<node>:<group>
+//
+// No tag: it is read and written alone.
+func (k Keyspace) GroupMember(node, group string) string {
+	return k.prefix() + ":member:" + node + ":" + group
+}
+
 // GlobEscape escapes the characters SCAN MATCH treats as a glob, so that
 // s matches only itself.
 func GlobEscape(s string) string {

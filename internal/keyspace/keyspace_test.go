@@ -40,6 +40,7 @@ func TestKeysKeepTheirNames(t *testing.T) {
 		{"nodes", Keyspace{}, Keyspace.Nodes, "keyhook:nodes"},
 		{"rate limit", Keyspace{}, func(k Keyspace) string { return k.RateLimit("sub-1") }, "keyhook:ratelimit:{sub-1}"},
 		{"nodes, custom prefix", Keyspace{Prefix: "kh:test"}, Keyspace.Nodes, "kh:test:nodes"},
+		{"group member", Keyspace{}, func(k Keyspace) string { return k.GroupMember("node-1", "keyhook-read-0d12") }, "keyhook:member:node-1:keyhook-read-0d12"},
 	} {
 		if got := tt.got(tt.ks); got != tt.want {
 			t.Errorf("%s = %q; want %q", tt.name, got, tt.want)

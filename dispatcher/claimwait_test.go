@@ -1,0 +1,136 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/keyhook/keyhook/dispatcher"
+	"github.com/keyhook/keyhook/internal/testutil"
+	"github.com/keyhook/keyhook/subscription"
+	"github.com/keyhook/keyhook/tracking"
+)
+
+// gatedClaims holds the tracker's claims until released, as a node
+// restarting with thousands of partitions to claim waits for them.
+type gatedClaims struct {
+	*tracking.Store
+	gate chan struct{}
+}
+
+func (g *gatedClaims) ClaimMany(ctx context.Context, cs []tracking.PartitionClaim) []tracking.ClaimResult {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	return g.Store.ClaimMany(ctx, cs)
+}
+
+// A cursor whose claim of a partition is still on its way keeps the
+// batches the reader hands it meanwhile, and delivers them once claimed:
+// it does not leave the shared read. It left at the second batch, so a
+// node restarted with 1,000 subscriptions sent most of its cursors to
+// catch up, 32 at a time, and took up to 74 s to deliver on every
+// partition again.
+func TestACursorWaitingForItsClaimKeepsTheSharedRead(t *testing.T) {
+	topic := testutil.UniqueTopic("claimwait")
+	brokers := testutil.Kfake(t, 1, topic)
+	rdb := testutil.StartRedis(t).Client()
+	store, err := tracking.New(rdb, tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := &gatedClaims{Store: store, gate: make(chan struct{})}
+	var sinks []*testutil.Sink
+	var subs []*subscription.Subscription
+	for i := range 3 {
+		s := testutil.StartSink(t)
+		sinks = append(sinks, s)
+		subs = append(subs, newSub(fmt.Sprintf("claimwait-%d", i), topic, s.URL, subscription.OrderKey, 16))
+	}
+	metrics := sdkmetric.NewManualReader()
+	var mu sync.Mutex
+	var notices []string
+	startNodeTracking(t, brokers, claims, staticSubs(subs), func(c *dispatcher.Config) {
+		sharedRead(metrics, 0)(c)
+		c.CursorDetached = func(sub, topic string, partition int32, behind int64, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			notices = append(notices, sub+": "+reason)
+		}
+	})
+	// Batch after batch while the claims wait: the reader hands each to
+	// every cursor.
+	const batches, each = 5, 10
+	var ends map[int32]int64
+	for b := range batches {
+		ends = produce(t, brokers, topic, each, func(i int) string { return fmt.Sprintf("k-%d", (b*each+i)%7) }, func(int) int32 { return 0 })
+		testutil.WaitFor(t, 30*time.Second, "the reader fetched the batch", func() bool {
+			return testutil.Int64Metric(t, metrics, "keyhook.reader.records.fetched") >= int64((b+1)*each)
+		})
+	}
+	close(claims.gate)
+	for i, s := range subs {
+		sinks[i].WaitAcked(t, batches*each, time.Minute)
+		checkSink(t, s.ID, sinks[i], topic, ends)
+	}
+	if n := testutil.Int64Metric(t, metrics, "keyhook.cursor.detaches"); n != 0 {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Errorf("%d cursors left the shared read while their claims were on their way (%v), want none", n, notices)
+	}
+	if n := testutil.Int64Metric(t, metrics, "keyhook.records.caught_up"); n != 0 {
+		t.Errorf("%d records read by catch-ups, want none: the reader's batches waited for the claims", n)
+	}
+}
+
+// What a cursor keeps for its claim is bounded: past it, the cursor
+// leaves the shared read, saying why, and reads what it missed on a
+// catch-up of its own once claimed. Nothing is lost or reordered.
+func TestACursorWhoseClaimWaitsPastItsBacklogCatchesUp(t *testing.T) {
+	topic := testutil.UniqueTopic("claimlong")
+	brokers := testutil.Kfake(t, 1, topic)
+	rdb := testutil.StartRedis(t).Client()
+	store, err := tracking.New(rdb, tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := &gatedClaims{Store: store, gate: make(chan struct{})}
+	sink := testutil.StartSink(t)
+	sub := newSub("claimlong", topic, sink.URL, subscription.OrderKey, 64)
+	metrics := sdkmetric.NewManualReader()
+	var mu sync.Mutex
+	var reasons []string
+	startNodeTracking(t, brokers, claims, staticSubs([]*subscription.Subscription{sub}), func(c *dispatcher.Config) {
+		sharedRead(metrics, 0)(c)
+		c.CursorDetached = func(_, _ string, _ int32, _ int64, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			reasons = append(reasons, reason)
+		}
+	})
+	const batches, each = 2, 400 // 800 records: past the 512 a cursor keeps
+	var ends map[int32]int64
+	for b := range batches {
+		ends = produce(t, brokers, topic, each, func(i int) string { return fmt.Sprintf("k-%d", (b*each+i)%13) }, func(int) int32 { return 0 })
+		testutil.WaitFor(t, 30*time.Second, "the reader fetched the batch", func() bool {
+			return testutil.Int64Metric(t, metrics, "keyhook.reader.records.fetched") >= int64((b+1)*each)
+		})
+	}
+	close(claims.gate)
+	sink.WaitAcked(t, batches*each, time.Minute)
+	checkSink(t, sub.ID, sink, topic, ends)
+	if n := testutil.Int64Metric(t, metrics, "keyhook.cursor.detaches"); n != 1 {
+		t.Errorf("the cursor left the shared read %d times, want once", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reasons) != 1 || !strings.HasPrefix(reasons[0], "claim pending") {
+		t.Errorf("told of the cursor leaving with %q, want once for its claim pending", reasons)
+	}
+}

@@ -38,6 +38,10 @@ type cursorSource struct {
 	// noticed is when the worker last told of falling behind
 	// (Config.CursorDetached).
 	noticed time.Time
+	// claimHeld is what the records kept while the claim is on its way
+	// hold of the node's budget (claimEntryBytes each), given back once
+	// claimed or stopped.
+	claimHeld int64
 }
 
 // detachNoticeEvery bounds how often a partition's cursor falling behind
@@ -59,8 +63,15 @@ const whyClaimPending = "claim pending: the partition's tracking state is not cl
 // cursors then caught up, 32 passes at a time, and every subscription
 // delivered on every partition again 23 to 74 s after a kill -9. The
 // records are the reader's, shared by every cursor; the backlog holds
-// references.
+// references, and each entry is reserved of the node's budget
+// (claimEntryBytes): at 4,000 cursor partitions the entries alone could
+// reach 180 MB outside --max-buffered-bytes.
 const claimBacklog = 512
+
+// claimEntryBytes is what a record kept for a claim costs its cursor: its
+// entry in the machine's backlog (partition.Record, 88 bytes) and the
+// backlog's growth. The record itself is the reader's, shared.
+const claimEntryBytes = 128
 
 type catchupPass struct {
 	id     uint64
@@ -99,7 +110,7 @@ func (w *worker) takeShared(rs []*kgo.Record) {
 	if w.m.Paused() && w.m.Backlog() > 0 {
 		why := whyWindowFull
 		if !w.m.Claimed() && !w.m.Stopped() {
-			if w.m.Backlog()+len(rs) <= claimBacklog {
+			if w.m.Backlog()+len(rs) <= claimBacklog && w.holdForClaim(len(rs)) {
 				w.offerRecords(rs)
 				return
 			}
@@ -113,6 +124,28 @@ func (w *worker) takeShared(rs []*kgo.Record) {
 		return
 	}
 	w.offerRecords(rs)
+}
+
+// holdForClaim reserves of the node's budget what n records kept for the
+// claim cost, false when the budget has no room: the cursor then detaches
+// rather than grow the node past it.
+func (w *worker) holdForClaim(n int) bool {
+	cost := int64(n) * claimEntryBytes
+	if !w.g.n.budget.Reserve(cost) {
+		return false
+	}
+	w.src.claimHeld += cost
+	return true
+}
+
+// releaseClaimHeld gives back what holdForClaim reserved: once claimed,
+// the machine accepts the records, reserving their own bytes, or keeps
+// them in its backlog as it keeps any batch a full window left there.
+func (w *worker) releaseClaimHeld() {
+	if w.src.claimHeld > 0 {
+		w.g.n.budget.Release(w.src.claimHeld)
+		w.src.claimHeld = 0
+	}
 }
 
 // offerRecords hands rs, records at or above offered in offset order, to the

@@ -73,6 +73,7 @@ func (w *worker) claimed(r claimResult) {
 	}
 	first := !w.m.Claimed()
 	w.m.ClaimRanges(r.c.Acked, r.ranges, floors)
+	w.releaseClaimHeld()
 	w.publishRanges()
 	if first && !w.m.Ranges().Equal(w.assignedRanges()) {
 		// A sync narrowed the assignment before the first claim: the

@@ -139,3 +139,76 @@ func TestACursorWhoseClaimWaitsPastItsBacklogCatchesUp(t *testing.T) {
 		t.Errorf("told of the cursor leaving with %q, want once for its claim pending", reasons)
 	}
 }
+
+// What cursors keep for their claims is reserved of the node's memory
+// budget (--max-buffered-bytes): with no room left a cursor leaves the
+// shared read, saying why, instead of growing the node past it, and the
+// budget is whole again once every record is acked. Without the
+// reservation the three cursors kept 200 records each outside the budget.
+func TestCursorsWaitingForClaimsKeepOnlyWhatTheNodesBudgetHolds(t *testing.T) {
+	topic := testutil.UniqueTopic("claimbudget")
+	brokers := testutil.Kfake(t, 1, topic)
+	rdb := testutil.StartRedis(t).Client()
+	store, err := tracking.New(rdb, tracking.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := &gatedClaims{Store: store, gate: make(chan struct{})}
+	var sinks []*testutil.Sink
+	var subs []*subscription.Subscription
+	for i := range 3 {
+		s := testutil.StartSink(t)
+		sinks = append(sinks, s)
+		subs = append(subs, newSub(fmt.Sprintf("claimbudget-%d", i), topic, s.URL, subscription.OrderKey, 16))
+	}
+	metrics := sdkmetric.NewManualReader()
+	var mu sync.Mutex
+	var reasons []string
+	// Room for the entries of two of the six batches the cursors keep
+	// (100 records of 128 bytes each), and for every record once
+	// claimed, one at a time per key.
+	const budget = 30_000
+	h := startNodeTracking(t, brokers, claims, staticSubs(subs), func(c *dispatcher.Config) {
+		sharedRead(metrics, 0)(c)
+		c.MaxBufferedBytes = budget
+		c.CursorDetached = func(_, _ string, _ int32, _ int64, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			reasons = append(reasons, reason)
+		}
+	})
+	testutil.WaitFor(t, 30*time.Second, "every cursor assigned its partition", func() bool { return len(h.node.Owned()) == len(subs) })
+	// The first batch waits in each machine's backlog as any batch does;
+	// the next two are kept for the claims.
+	const batches, each = 3, 100
+	var ends map[int32]int64
+	for b := range batches {
+		ends = produce(t, brokers, topic, each, func(i int) string { return fmt.Sprintf("k-%d", (b*each+i)%7) }, func(int) int32 { return 0 })
+		testutil.WaitFor(t, 30*time.Second, "the reader fetched the batch", func() bool {
+			return testutil.Int64Metric(t, metrics, "keyhook.reader.records.fetched") >= int64((b+1)*each)
+		})
+		if used := h.node.BufferedBytes(); used > budget {
+			t.Errorf("after batch %d the node holds %d bytes of its budget of %d", b, used, budget)
+		}
+	}
+	// Six batches to keep at up to 12,800 bytes each (a fetch may split
+	// one): they fill the budget to within one of them.
+	testutil.WaitFor(t, 10*time.Second, "the reservations made", func() bool { return h.node.BufferedBytes() >= budget-each*128 })
+	close(claims.gate)
+	for i, s := range subs {
+		sinks[i].WaitAcked(t, batches*each, time.Minute)
+		checkSink(t, s.ID, sinks[i], topic, ends)
+	}
+	mu.Lock()
+	got := append([]string(nil), reasons...)
+	mu.Unlock()
+	if len(got) == 0 {
+		t.Fatalf("no cursor left the shared read, want those the budget had no room for to")
+	}
+	for _, r := range got {
+		if !strings.HasPrefix(r, "claim pending") {
+			t.Errorf("a cursor left the shared read for %q, want its claim pending", r)
+		}
+	}
+	testutil.WaitFor(t, 30*time.Second, "the node's budget whole again", func() bool { return h.node.BufferedBytes() == 0 })
+}

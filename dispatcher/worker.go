@@ -376,6 +376,7 @@ func (w *worker) finish() {
 	w.g.n.renewer.remove(w)
 	// What the partition held goes back to the node's budget.
 	w.m.Close()
+	w.releaseClaimHeld()
 	// A claim in flight ends with w.ctx; the loop outlives none.
 	w.bg.Wait()
 	close(w.done)

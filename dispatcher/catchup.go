@@ -64,8 +64,8 @@ const whyClaimPending = "claim pending: the partition's tracking state is not cl
 // delivered on every partition again 23 to 74 s after a kill -9. The
 // records are the reader's, shared by every cursor; the backlog holds
 // references, and each entry is reserved of the node's budget
-// (claimEntryBytes): at 4,000 cursor partitions the entries alone could
-// reach 180 MB outside --max-buffered-bytes.
+// (claimEntryBytes): unreserved, the entries alone of 4,000 cursor
+// partitions could reach 180 MB outside --max-buffered-bytes.
 const claimBacklog = 512
 
 // claimEntryBytes is what a record kept for a claim costs its cursor: its

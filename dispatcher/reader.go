@@ -41,8 +41,9 @@ import (
 // (readshare.go).
 //
 // A cursor that cannot take what the reader fetched (its window is full,
-// its claim is still not in after claimBacklog records, it starts behind
-// the reader) leaves the shared stream: what it did not take it reads again with a client of its own
+// its claim is still not in after claimBacklog records or what the
+// node's budget holds, it starts behind the reader) leaves the shared
+// stream: what it did not take it reads again with a client of its own
 // from where it stopped (catchup.go), and it rejoins once that client
 // reached the reader's position. So a lagging cursor never holds the
 // read, and records are fetched once while cursors keep up.

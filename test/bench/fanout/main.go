@@ -19,7 +19,12 @@
 //     the phase, read from Kafka's own counters (BrokerTopicMetrics
 //     BytesInPerSec/BytesOutPerSec Count, over JMX with
 //     `scripts/kafka.sh jmx`; the broker must have been started with
-//     KEYHOOK_KAFKA_JMX_PORT, and -kafka-dir name its state dir);
+//     KEYHOOK_KAFKA_JMX_PORT, and -kafka-dir name its state dir); then
+//     how busy the machine's cores were while producing (/proc/stat) and
+//     who took them: the nodes, this process (the sink and the
+//     producer), the broker and Redis, found by the ports they listen on
+//     (machine.go). Every one of them shares the machine, so a latency
+//     measured with no core left is the wait for one as much as keyhook;
 //   - restart (-restart term,kill): node 2 stopped with SIGTERM (or
 //     SIGKILL) while records keep coming at -rate, started again: how long
 //     until every subscription delivered a record produced after the stop
@@ -522,6 +527,10 @@ func (b *bench) owners() (map[int32]int, error) {
 // totals sums the counters of the shared read over every node: the
 // cursors that left the shared read and the records their catch-ups read.
 // A node that does not answer counts nothing.
+// scrapeSettle is how long the load phase waits after scraping the nodes
+// before it produces.
+const scrapeSettle = 5 * time.Second
+
 func (b *bench) totals() (detaches, caughtUp float64) {
 	for _, n := range b.nodes {
 		m, err := serve.Totals(n.Base)
@@ -558,15 +567,26 @@ func (b *bench) loadPhase(ctx context.Context) error {
 		}
 	}
 	det0, cu0 := b.totals()
+	// Those scrapes (and the idle phase's, just before) cost a node with
+	// a thousand subscriptions a third of a second of CPU each and leave
+	// it a GC to run: production starts once that is done, so that the
+	// latency measured is the deliveries', not the bench's own scrapes'.
+	// For the same reason nothing scrapes the nodes while producing: the
+	// phase reads their CPU from /proc, the rest after the drain.
+	time.Sleep(scrapeSettle)
 	type measured struct {
-		s   []serve.Sample
+		cpu []float64
 		err error
 	}
 	cpu := make(chan measured, 1)
 	go func() {
-		s, err := serve.Measure(ctx, b.nodes, b.brokerPort, b.c.load)
-		cpu <- measured{s, err}
+		c, err := serve.MeasureCPU(ctx, b.nodes, b.c.load)
+		cpu <- measured{c, err}
 	}()
+	share, err := startMachineShare(b.nodes, b.brokerPort, b.c.redisURL)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fanout: the machine's share not measured: %v\n", err)
+	}
 	start := time.Now()
 	from, to, err := b.prod.run(ctx, b.c.rate, b.c.load)
 	if err != nil {
@@ -577,8 +597,17 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	if m.err != nil {
 		return m.err
 	}
+	// Taken now, not after the drain: the share of the producing phase.
+	machine := share.finish()
 	left := b.sink.waitAll(b.all(), from, to, b.c.drain)
 	time.Sleep(2 * time.Second) // the last fetches' bytes
+	samples, err := serve.Read(b.nodes, b.brokerPort)
+	if err != nil {
+		return err
+	}
+	for i := range samples {
+		samples[i].CPU = m.cpu[i]
+	}
 	fmt.Printf("\n## load (%g records/s for %v: %d records, %d deliveries expected)\n\n", b.c.rate, b.c.load, to-from, (to-from)*b.c.subs)
 	lat, complete := b.fanoutLatency(b.all(), from, to)
 	if b.c.latencies != "" {
@@ -617,10 +646,11 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	}
 	det1, cu1 := b.totals()
 	fmt.Printf("| cursors detached / records read by catch-ups (--shared-read) | %.0f / %.0f | | |\n", det1-det0, cu1-cu0)
-	fmt.Printf("\nThe nodes while producing (CPU over %v):\n\n", b.c.load)
-	b.nodeTable(m.s, false)
+	fmt.Printf("\nThe nodes while producing (CPU over %v; goroutines, RSS and connections read once every record was delivered):\n\n", b.c.load)
+	b.nodeTable(samples, false)
 	b.shareRow(from, to)
-	b.record("CPU under load, the most of a node", "% of a core", maxBy(m.s, func(x serve.Sample) float64 { return 100 * x.CPU }))
+	b.record("CPU under load, the most of a node", "% of a core", maxBy(samples, func(x serve.Sample) float64 { return 100 * x.CPU }))
+	b.printMachineShare(machine)
 	return nil
 }
 

@@ -133,6 +133,13 @@ func (b *Breaker) Report(p Pass, v Verdict, why string) {
 	ch := b.m.report(p, v, why, b.cfg.Now())
 	b.note(ch)
 	woken := b.wakeable(ch)
+	if ch == nil && p.probe && b.m.state == HalfOpen && !b.m.probing {
+		// The probe said nothing (a 429, an attempt cut short): the next
+		// caller probes, as after Release. The waiters must ask again,
+		// or they wait for a transition that no timer and no probe would
+		// bring, and the origin is held even once it is back.
+		woken = b.takeWaiters()
+	}
 	b.mu.Unlock()
 	run(woken)
 }

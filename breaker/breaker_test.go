@@ -72,3 +72,42 @@ func TestOffSetHasNoBreakers(t *testing.T) {
 		t.Fatal("negative Failures accepted")
 	}
 }
+
+// A probe whose attempt says nothing (a 429, an attempt cut short) hands
+// the probe on: the callers held back are woken to ask again, one of
+// them probes, and its success closes the breaker. Before, they waited
+// for a transition nothing would bring, and the origin stayed held after
+// it was back.
+func TestAProbeThatSaysNothingWakesTheWaitersForTheNextProbe(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s, err := NewSet(Config{Failures: 1, Interval: time.Hour, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.For("http://h:80")
+	p, _ := b.Allow(nil)
+	b.Report(p, Failure, "503")
+	now = now.Add(time.Hour) // the interval passed: the next caller probes
+	probe, ok := b.Allow(func() { t.Error("the probe's own caller was kept as a waiter") })
+	if !ok || !probe.Probe() {
+		t.Fatalf("after the interval: pass %+v, %v; want the probe", probe, ok)
+	}
+	var woken atomic.Int32
+	for range 3 {
+		if _, ok := b.Allow(func() { woken.Add(1) }); ok {
+			t.Fatal("a second caller got through while the probe was out")
+		}
+	}
+	b.Report(probe, Neutral, "")
+	if got := woken.Load(); got != 3 {
+		t.Fatalf("%d of 3 waiters woken after the probe said nothing, want all: none would be woken again", got)
+	}
+	next, ok := b.Allow(nil)
+	if !ok || !next.Probe() {
+		t.Fatalf("a woken caller asking again: pass %+v, %v; want the next probe", next, ok)
+	}
+	b.Report(next, Success, "")
+	if b.State() != Closed {
+		t.Fatalf("state %v after the next probe succeeded, want closed", b.State())
+	}
+}

@@ -151,6 +151,13 @@ func TestBreakerHoldsADownEndpointToOneProbePerInterval(t *testing.T) {
 	sup := newSub("up", "up", up.URL, subscription.OrderKey, 16)
 	reader := sdkmetric.NewManualReader()
 	var logs syncBuffer
+	// The node logs here, to count its transitions: shown when the test
+	// fails, where they say what the breaker did.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the node's log:\n%s", logs.String())
+		}
+	})
 	var transitions atomic.Int64
 	h := startNode(t, brokers, rdb, []*subscription.Subscription{sdown, sup}, func(c *dispatcher.Config) {
 		c.BreakerFailures, c.BreakerInterval = failures, interval

@@ -524,13 +524,13 @@ func (b *bench) owners() (map[int32]int, error) {
 	return owner, nil
 }
 
-// totals sums the counters of the shared read over every node: the
-// cursors that left the shared read and the records their catch-ups read.
-// A node that does not answer counts nothing.
 // scrapeSettle is how long the load phase waits after scraping the nodes
 // before it produces.
 const scrapeSettle = 5 * time.Second
 
+// totals sums the counters of the shared read over every node: the
+// cursors that left the shared read and the records their catch-ups read.
+// A node that does not answer counts nothing.
 func (b *bench) totals() (detaches, caughtUp float64) {
 	for _, n := range b.nodes {
 		m, err := serve.Totals(n.Base)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net/url"
@@ -64,56 +63,6 @@ func readMachineTicks() (machineTicks, error) {
 	return t, nil
 }
 
-// listenInode finds the socket inode listening on port in a
-// /proc/net/tcp or tcp6 table: local address hex:PORT, state 0A.
-func listenInode(table []byte, port int) (string, bool) {
-	sc := bufio.NewScanner(bytes.NewReader(table))
-	sc.Scan() // the header
-	want := fmt.Sprintf(":%04X", port)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 10 || f[3] != "0A" || !strings.HasSuffix(f[1], want) {
-			continue
-		}
-		return f[9], true
-	}
-	return "", false
-}
-
-// listenerPid is the process listening on the TCP port, 0 when none of
-// this machine's processes visible here does.
-func listenerPid(port int) int {
-	var inode string
-	for _, t := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		if in, ok := listenInode(b, port); ok {
-			inode = in
-			break
-		}
-	}
-	if inode == "" {
-		return 0
-	}
-	target := "socket:[" + inode + "]"
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		for _, fd := range fds {
-			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && l == target {
-				return pid
-			}
-		}
-	}
-	return 0
-}
-
 // machineShare measures, over a phase, the machine's busy time and that
 // of each process of the run that it can find.
 type machineShare struct {
@@ -141,11 +90,11 @@ func startMachineShare(nodes []*serve.Node, brokerPort, redisURL string) (*machi
 	}
 	m.add("this process: the sink and the producer", os.Getpid())
 	if p, err := strconv.Atoi(brokerPort); err == nil {
-		m.add("the Kafka broker", listenerPid(p))
+		m.add("the Kafka broker", serve.ListenerPid(p))
 	}
 	if u, err := url.Parse(redisURL); err == nil {
 		if p, err := strconv.Atoi(u.Port()); err == nil {
-			m.add("Redis", listenerPid(p))
+			m.add("Redis", serve.ListenerPid(p))
 		}
 	}
 	return m, nil

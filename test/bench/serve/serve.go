@@ -184,9 +184,8 @@ func Read(nodes []*Node, brokerPort string) ([]Sample, error) {
 			return nil, err
 		}
 		out[i].Goroutines, out[i].RSS = m["go_goroutines"], m["process_resident_memory_bytes"]
-		var err2 error
-		if out[i].Conns, err2 = BrokerConns(n.Pid(), brokerPort); err2 != nil {
-			return nil, err2
+		if out[i].Conns, err = BrokerConns(n.Pid(), brokerPort); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -263,6 +262,77 @@ func BrokerConns(pid int, port string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	inodes := socketInodes(pid)
+	want := fmt.Sprintf(":%04X", p)
+	n := 0
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			continue
+		}
+		eachSocket(b, func(x []string) bool {
+			// rem_address, st (01 established), inode
+			if strings.HasSuffix(x[2], want) && x[3] == "01" && inodes[x[9]] {
+				n++
+			}
+			return true
+		})
+	}
+	return float64(n), nil
+}
+
+// ListenerPid is the process listening on the TCP port, 0 when no
+// process visible here does.
+func ListenerPid(port int) int {
+	var inode string
+	for _, t := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		if b, err := os.ReadFile(t); err == nil {
+			if in, ok := listenInode(b, port); ok {
+				inode = in
+				break
+			}
+		}
+	}
+	if inode == "" {
+		return 0
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if pid, err := strconv.Atoi(p.Name()); err == nil && socketInodes(pid)[inode] {
+			return pid
+		}
+	}
+	return 0
+}
+
+// listenInode finds the inode of the socket listening on port in a
+// /proc/net/tcp or tcp6 table: local address hex:PORT, state 0A.
+func listenInode(table []byte, port int) (inode string, ok bool) {
+	want := fmt.Sprintf(":%04X", port)
+	eachSocket(table, func(x []string) bool {
+		if x[3] == "0A" && strings.HasSuffix(x[1], want) {
+			inode, ok = x[9], true
+			return false
+		}
+		return true
+	})
+	return inode, ok
+}
+
+// eachSocket calls f with the fields of each socket of a /proc/net/tcp or
+// tcp6 table (local_address, rem_address, st, …, inode at 9) until f
+// returns false.
+func eachSocket(table []byte, f func(fields []string) bool) {
+	lines := strings.Split(string(table), "\n")
+	for _, line := range lines[1:] { // the header first
+		if x := strings.Fields(line); len(x) > 9 && !f(x) {
+			return
+		}
+	}
+}
+
+// socketInodes is the set of socket inodes pid has open.
+func socketInodes(pid int) map[string]bool {
 	inodes := map[string]bool{}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, fd := range fds {
@@ -271,20 +341,5 @@ func BrokerConns(pid int, port string) (float64, error) {
 			inodes[l[8:len(l)-1]] = true
 		}
 	}
-	want := fmt.Sprintf(":%04X", p)
-	n := 0
-	for _, f := range []string{"tcp", "tcp6"} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			x := strings.Fields(line)
-			// rem_address, st (01 established), inode
-			if len(x) > 9 && strings.HasSuffix(x[2], want) && x[3] == "01" && inodes[x[9]] {
-				n++
-			}
-		}
-	}
-	return float64(n), nil
+	return inodes
 }

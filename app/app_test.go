@@ -80,6 +80,25 @@ func TestBuildOnABusyPortNamesHTTPAddr(t *testing.T) {
 	}
 }
 
+// A metrics series cap that is not a number stops the build with an
+// error naming the variable, not a flag it did not come from.
+func TestBuildWithABadCardinalityLimitNamesTheVariable(t *testing.T) {
+	rdb := testutil.StartRedis(t).Client()
+	_, err := app.Build(context.Background(), app.Config{
+		Brokers: testutil.Kfake(t, 1, "t"), Logger: slog.New(slog.DiscardHandler),
+		Getenv: func(k string) string {
+			if k == "OTEL_GO_X_CARDINALITY_LIMIT" {
+				return "lots"
+			}
+			return ""
+		},
+	}, app.Deps{Redis: rdb})
+	var fe *app.FieldError
+	if err == nil || !strings.Contains(err.Error(), "OTEL_GO_X_CARDINALITY_LIMIT") || errors.As(err, &fe) {
+		t.Fatalf("Build = %v, want an error naming OTEL_GO_X_CARDINALITY_LIMIT and no Config field", err)
+	}
+}
+
 // TestNodeDeliversThroughTheAPIAndStopsCleanly runs a whole node built by
 // Build: a subscription created through its API is delivered, and once
 // the context ends Run returns nil with the API closed, the group's

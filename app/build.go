@@ -161,7 +161,11 @@ func Build(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 		ServiceName: "keyhook", ServiceVersion: cfg.Version, NodeID: cfg.NodeID,
 		TracesExporter: cfg.TracesExporter, Console: cfg.Console, Getenv: cfg.Getenv,
 	})
-	if err != nil {
+	var envErr *telemetry.EnvError
+	switch {
+	case errors.As(err, &envErr):
+		return nil, fmt.Errorf("app: %w", err) // it names the variable, not a flag
+	case err != nil:
 		return nil, &FieldError{Field: "TracesExporter", Err: err}
 	}
 	a.closers = append(a.closers, a.flushTelemetry)

@@ -121,7 +121,7 @@ func newTelemetry(n *Node) (*telemetry, error) {
 	must(e)
 	t.endToEnd, e = m.Float64Histogram("keyhook.end_to_end.latency", metric.WithDescription("From the record's timestamp to its ack."), metric.WithUnit("s"), seconds)
 	must(e)
-	t.flushTime, e = m.Float64Histogram("keyhook.tracking.flush.duration", metric.WithDescription("One pipelined call of a round writing the tracking state of a node's partitions to Redis (up to 256 partitions)."), metric.WithUnit("s"), seconds)
+	t.flushTime, e = m.Float64Histogram("keyhook.tracking.flush.duration", metric.WithDescription("One pipelined call of a round writing the tracking state of a node's partitions to Redis (up to 256 partitions, of any subscriptions): the node's, without a subscription label."), metric.WithUnit("s"), seconds)
 	must(e)
 	t.commitTime, e = m.Float64Histogram("keyhook.kafka.commit.duration", metric.WithDescription("One offset commit to Kafka."), metric.WithUnit("s"), seconds)
 	must(e)

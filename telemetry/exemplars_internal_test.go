@@ -45,7 +45,7 @@ func TestTheNodesMetricsKeepNoExemplars(t *testing.T) {
 		t.Fatal("the SDK's default kept no exemplar of a sampled span's measurement: this test no longer tells the two apart")
 	}
 	node := sdkmetric.NewManualReader()
-	if n := exemplars(newMeterProvider(resource.Empty(), node), node); n != 0 {
+	if n := exemplars(newMeterProvider(resource.Empty(), 0, node), node); n != 0 {
 		t.Errorf("the node's meter provider kept %d exemplars; want none", n)
 	}
 }

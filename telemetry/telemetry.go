@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,13 +74,52 @@ type Providers struct {
 // reservoir (one per bucket of a histogram) and reads each measurement's
 // context for a span. At 1,000 subscriptions the reservoirs were a fifth
 // of a node's live heap.
-func newMeterProvider(res *resource.Resource, readers ...sdkmetric.Reader) *sdkmetric.MeterProvider {
-	opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter)}
+//
+// Each instrument keeps at most limit series (0 or less: no cap), the
+// rest merged into one series labelled otel_metric_overflow.
+func newMeterProvider(res *resource.Resource, limit int, readers ...sdkmetric.Reader) *sdkmetric.MeterProvider {
+	opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter),
+		sdkmetric.WithCardinalityLimit(limit)}
 	for _, r := range readers {
 		opts = append(opts, sdkmetric.WithReader(r))
 	}
 	return sdkmetric.NewMeterProvider(opts...)
 }
+
+// cardinalityLimitEnv is the SDK's own setting of its series cap per
+// instrument (OTEL_GO_X_CARDINALITY_LIMIT).
+const cardinalityLimitEnv = "OTEL_GO_X_CARDINALITY_LIMIT"
+
+// cardinalityLimit is the series cap of each instrument: none, unless the
+// operator set OTEL_GO_X_CARDINALITY_LIMIT. The SDK's default of 2,000
+// merged, past about 170 subscriptions on a 12-partition topic, every
+// further subscription's partition gauges (its lag among them) into one
+// series without labels, and past 500 its delivery counts. keyhook's
+// labels are bounded by what is configured (subscriptions, their
+// partitions and endpoint origins, and fixed sets of outcomes, classes
+// and reasons; never a key or an offset), so the series are as many as
+// the subscriptions make them.
+func cardinalityLimit(getenv func(string) string) (int, error) {
+	v := strings.TrimSpace(getenv(cardinalityLimitEnv))
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, &EnvError{Name: cardinalityLimitEnv, Err: fmt.Errorf("%q: want a whole number of series an instrument keeps (0 or less: no limit)", v)}
+	}
+	return n, nil
+}
+
+// EnvError is an environment variable Setup cannot use: the error names
+// it, not a flag.
+type EnvError struct {
+	Name string
+	Err  error
+}
+
+func (e *EnvError) Error() string { return e.Name + " " + e.Err.Error() }
+func (e *EnvError) Unwrap() error { return e.Err }
 
 // Setup builds the providers.
 func Setup(ctx context.Context, cfg Config) (*Providers, error) {
@@ -104,7 +144,11 @@ func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	mp := newMeterProvider(res, promExp)
+	limit, err := cardinalityLimit(cfg.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	mp := newMeterProvider(res, limit, promExp)
 	p.Meter = mp
 	gone := &forgetting{g: reg, gone: map[string]bool{}}
 	p.Metrics = promhttp.HandlerFor(gone, promhttp.HandlerOpts{})

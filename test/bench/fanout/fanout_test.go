@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -79,5 +80,54 @@ func TestPctIsTheNearestRank(t *testing.T) {
 	}
 	if pct(d, 0.5) != 50*time.Millisecond || pct(d, 0.99) != 99*time.Millisecond || pct(d, 1) != 100*time.Millisecond || pct(nil, 0.99) != 0 {
 		t.Fatalf("p50 %v p99 %v max %v", pct(d, 0.5), pct(d, 0.99), pct(d, 1))
+	}
+}
+
+// TestTheCeilingsSendEveryBurstToEverySubscription runs both ceiling
+// clients against a sink: each request of each burst arrives, keyhook's
+// client signs its requests, and net/http sends the headers keyhook sent
+// (as the load phase's sink captured them).
+func TestTheCeilingsSendEveryBurstToEverySubscription(t *testing.T) {
+	main, err := newSink(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer main.close()
+	main.header.Store(&http.Header{"Webhook-Id": {"from-keyhook"}, "Content-Length": {"9"}})
+	b := &bench{c: config{subs: 3, keys: 2, drain: 10 * time.Second}, sink: main, topic: "t"}
+	for _, build := range []func(*sink) (ceilingClient, error){b.keyhookClient, b.netHTTPClient} {
+		s, err := newSink(b.c.subs, b.c.keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := build(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fanner{c: c, sink: s, subs: b.c.subs}
+		from, to := f.run(context.Background(), 20, 200*time.Millisecond)
+		c.close()
+		if to-from < 2 {
+			t.Fatalf("%s: %d bursts in 200ms at 20/s", c.name, to-from)
+		}
+		if n := f.failed.Load(); n > 0 {
+			t.Fatalf("%s: %d requests failed", c.name, n)
+		}
+		if left := s.missing([]int{0, 1, 2}, from, to); left > 0 {
+			t.Fatalf("%s: %d requests missing", c.name, left)
+		}
+		if lat, complete := fanoutLatencyOf(s, []int{0, 1, 2}, from, to); complete != to-from || lat[0] <= 0 {
+			t.Fatalf("%s: latencies %v of %d bursts", c.name, lat, to-from)
+		}
+		h := s.header.Load()
+		switch {
+		case h == nil:
+			t.Fatalf("%s: no request header seen", c.name)
+		case c.name == "Go's net/http client" && h.Get("Webhook-Id") != "from-keyhook":
+			t.Fatalf("net/http did not send keyhook's headers: %v", *h)
+		case c.name != "Go's net/http client" && h.Get("Webhook-Signature") == "":
+			t.Fatalf("%s: request not signed: %v", c.name, *h)
+		}
+		s.close()
 	}
 }

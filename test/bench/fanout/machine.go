@@ -164,13 +164,14 @@ func (m *machineShare) finish() *machineReading {
 	return r
 }
 
-// printMachineShare prints the table the load phase ends with.
-func (b *bench) printMachineShare(r *machineReading) {
+// printMachineShare prints the table a phase ends with: while what was
+// running, and the headline figure of how busy the machine was.
+func (b *bench) printMachineShare(r *machineReading, while, figure string) {
 	if r == nil {
 		return
 	}
 	cores, busy, steal, rows := r.cores, r.busy, r.steal, r.rows
-	fmt.Printf("\nThe machine while producing (%d cores; the latency above includes each delivery's wait for one):\n\n", cores)
+	fmt.Printf("\nThe machine while %s (%d cores; the latency above includes each delivery's wait for one):\n\n", while, cores)
 	fmt.Println("| | cores busy | share of the machine |")
 	fmt.Println("|---|---|---|")
 	fmt.Printf("| every process | %.2f | %.0f%% |\n", busy, 100*busy/float64(cores))
@@ -183,5 +184,5 @@ func (b *bench) printMachineShare(r *machineReading) {
 	if steal > 0.005 {
 		fmt.Printf("| of which taken by the hypervisor (steal) | %.2f | %.0f%% |\n", steal, 100*steal/float64(cores))
 	}
-	b.record("machine busy under load", "% of its cores", 100*busy/float64(cores))
+	b.record(figure, "% of its cores", 100*busy/float64(cores))
 }

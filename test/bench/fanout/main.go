@@ -25,6 +25,12 @@
 //     producer), the broker and Redis, found by the ports they listen on
 //     (machine.go). Every one of them shares the machine, so a latency
 //     measured with no core left is the wait for one as much as keyhook;
+//   - ceilings (-ceiling, on by default): the load's fan-out once more,
+//     at -rate for -ceiling-for, made by keyhook's HTTP client alone
+//     (ceiling A) and then by Go's net/http client, each to a sink of its
+//     own, nothing else working: the p50, p99 and max a client that only
+//     sends the requests reaches here, keyhook's p99 less it and over it,
+//     and the machine's table (ceiling.go);
 //   - restart (-restart term,kill): node 2 stopped with SIGTERM (or
 //     SIGKILL) while records keep coming at -rate, started again: how long
 //     until every subscription delivered a record produced after the stop
@@ -91,8 +97,12 @@ type config struct {
 	nodes, subs, partitions, keys, port           int
 	rate                                          float64
 	load, settle, quiet, window, drain, down      time.Duration
+	ceilingFor                                    time.Duration
 	restart                                       []string
 	downOne                                       bool
+	// ceiling runs the load's fan-out again with a plain HTTP client
+	// after the load phase (ceiling.go).
+	ceiling bool
 	// latencies, when set, is a CSV file for the load phase's records,
 	// one row each: when it was produced, its partition, and when the
 	// median and the last subscription got it (to tell steady cost from
@@ -119,8 +129,10 @@ func main() {
 	flag.DurationVar(&c.quiet, "quiet", 30*time.Second, "wait after the warm-up before idle is measured: the warm-up's commits, flushes and garbage settle")
 	flag.DurationVar(&c.window, "window", 20*time.Second, "idle CPU is measured over this")
 	flag.DurationVar(&c.drain, "drain", 3*time.Minute, "how long to wait for the last deliveries after a phase")
-	flag.StringVar(&c.latencies, "latencies", "", "write the load phase's records to this CSV: seq, partition, produced (unix ms), p50 and last delivery (ms after produce)")
+	flag.StringVar(&c.latencies, "latencies", "", "write the load phase's records to this CSV: seq, partition, produced (unix ms), p50 and last delivery (ms after produce); each ceiling's bursts to the same name with .ceiling-a or .net-http before its extension")
 	restart := flag.String("restart", "term,kill", "restarts of node 2 to measure: term, kill, both or none")
+	flag.BoolVar(&c.ceiling, "ceiling", true, "after the load phase, make its fan-out with keyhook's HTTP client alone (ceiling A), then with Go's net/http, nothing else working: what keyhook's p99 is set against")
+	flag.DurationVar(&c.ceilingFor, "ceiling-for", 0, "how long each ceiling sends bursts at -rate (default -load: as many bursts as the load phase's records, for the same percentiles)")
 	flag.BoolVar(&c.downOne, "down-one", false, "run the outage scenario instead: one endpoint down for -down among -subs")
 	flag.DurationVar(&c.down, "down", 5*time.Minute, "how long the endpoint is down with -down-one")
 	baseline := flag.Bool("baseline", false, "run the scenario first with -baseline-args on -baseline-redis, then as asked, and compare")
@@ -137,6 +149,9 @@ func main() {
 		default:
 			fail(fmt.Errorf("-restart: %q is not term, kill or none", r))
 		}
+	}
+	if c.ceilingFor <= 0 {
+		c.ceilingFor = c.load
 	}
 	if c.subs == 0 {
 		c.subs = 1000
@@ -165,6 +180,9 @@ func main() {
 	}
 	bc := c
 	bc.extra, bc.redisURL = strings.Fields(*baseArgs), *baseRedis
+	// The ceilings measure the machine, not the model: once, in the run
+	// measured.
+	bc.ceiling = false
 	if *baseSubs > 0 {
 		bc.subs = *baseSubs
 	}
@@ -227,9 +245,10 @@ type bench struct {
 	prod       *producer
 	topic      string
 	brokerPort string
-	bytes      *brokerBytes // nil: not measured
-	token      string       // the API's bearer token
-	figs       []figure     // the headline figures, for -baseline's comparison
+	bytes      *brokerBytes  // nil: not measured
+	token      string        // the API's bearer token
+	figs       []figure      // the headline figures, for -baseline's comparison
+	loadP99    time.Duration // the load phase's fan-out p99, for the ceiling's table
 }
 
 // figure is one headline figure of a run.
@@ -313,6 +332,11 @@ func run(c config) ([]figure, error) {
 	}
 	if err := b.loadPhase(ctx); err != nil {
 		return nil, err
+	}
+	if c.ceiling {
+		if err := b.ceilingPhase(ctx); err != nil {
+			return nil, err
+		}
 	}
 	for _, r := range c.restart {
 		if err := b.restartPhase(ctx, r); err != nil {
@@ -421,6 +445,7 @@ func (b *bench) nodeTable(s []serve.Sample, targets bool) {
 		cols += 2
 	}
 	fmt.Println("|" + strings.Repeat("---|", cols))
+	// target < 0: none.
 	row := func(name, format string, get func(serve.Sample) float64, target float64) {
 		fmt.Printf("| %s |", name)
 		m := 0.0
@@ -431,7 +456,7 @@ func (b *bench) nodeTable(s []serve.Sample, targets bool) {
 		}
 		fmt.Printf(" "+format+" |", m)
 		if targets {
-			if target > 0 {
+			if target >= 0 {
 				fmt.Printf(" ≤ "+format+" | %s |", target, verdict(m <= target))
 			} else {
 				fmt.Printf(" | |")
@@ -442,7 +467,11 @@ func (b *bench) nodeTable(s []serve.Sample, targets bool) {
 	row("goroutines", "%.0f", func(x serve.Sample) float64 { return x.Goroutines }, 5000)
 	row("RSS (MiB)", "%.1f", func(x serve.Sample) float64 { return x.RSS / (1 << 20) }, 400)
 	row("CPU (% of a core)", "%.2f", func(x serve.Sample) float64 { return 100 * x.CPU }, 5)
-	row("broker connections", "%.0f", func(x serve.Sample) float64 { return x.Conns }, 0)
+	row("broker connections", "%.0f", func(x serve.Sample) float64 { return x.Conns }, -1)
+	row("metric series on /metrics", "%.0f", func(x serve.Sample) float64 { return x.Series }, -1)
+	// An overflow series holds what the SDK's series cap took from every
+	// subscription past it: their lag and counts without their label.
+	row("of which merged past the SDK's series cap (otel_metric_overflow)", "%.0f", func(x serve.Sample) float64 { return x.Overflow }, 0)
 }
 
 // shareRow prints the part of the records [from, to) on the partitions
@@ -610,6 +639,7 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	}
 	fmt.Printf("\n## load (%g records/s for %v: %d records, %d deliveries expected)\n\n", b.c.rate, b.c.load, to-from, (to-from)*b.c.subs)
 	lat, complete := b.fanoutLatency(b.all(), from, to)
+	b.loadP99 = pct(lat, 0.99)
 	if b.c.latencies != "" {
 		if err := b.writeLatencies(b.c.latencies, b.all(), from, to); err != nil {
 			return err
@@ -650,7 +680,7 @@ func (b *bench) loadPhase(ctx context.Context) error {
 	b.nodeTable(samples, false)
 	b.shareRow(from, to)
 	b.record("CPU under load, the most of a node", "% of a core", maxBy(samples, func(x serve.Sample) float64 { return 100 * x.CPU }))
-	b.printMachineShare(machine)
+	b.printMachineShare(machine, "producing", "machine busy under load")
 	return nil
 }
 
@@ -668,19 +698,25 @@ func (b *bench) integrityRows(left, from, to int) {
 	fmt.Printf("| duplicates, so far in the run | %d | | |\n", dups)
 	fmt.Printf("| per-key order violations, so far in the run | %d | 0 | %s |\n", reorder, verdict(reorder == 0))
 	fmt.Printf("| sink: refused (503) / unreadable requests | %d / %d | | |\n", b.sink.refused.Load(), b.sink.bad.Load())
+	fmt.Printf("| sink: connections it failed to accept (this process out of file descriptors) | %d | 0 | %s |\n", b.sink.acceptErrs.Load(), verdict(b.sink.acceptErrs.Load() == 0))
 }
 
 // fanoutLatency is, for each record of [from, to) that every subscription
 // of subs got, the time from its produce to the last first delivery; and
 // how many records that is.
 func (b *bench) fanoutLatency(subs []int, from, to int) ([]time.Duration, int) {
-	b.sink.mu.Lock()
-	defer b.sink.mu.Unlock()
+	return fanoutLatencyOf(b.sink, subs, from, to)
+}
+
+// fanoutLatencyOf is fanoutLatency of the records sink s got.
+func fanoutLatencyOf(s *sink, subs []int, from, to int) ([]time.Duration, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var lat []time.Duration
 	for seq := from; seq < to; seq++ {
 		last, ok := int64(0), true
 		for _, sub := range subs {
-			t := b.sink.at(sub, seq)
+			t := s.at(sub, seq)
 			if t == 0 {
 				ok = false
 				break
@@ -688,7 +724,7 @@ func (b *bench) fanoutLatency(subs []int, from, to int) ([]time.Duration, int) {
 			last = max(last, t)
 		}
 		if ok {
-			lat = append(lat, time.Duration(last-b.sink.records[seq].produced))
+			lat = append(lat, time.Duration(last-s.records[seq].produced))
 		}
 	}
 	slices.Sort(lat)
@@ -699,16 +735,21 @@ func (b *bench) fanoutLatency(subs []int, from, to int) ([]time.Duration, int) {
 // when it was produced, its partition, and how long after that the median
 // and the last of subs got it (empty when one has not).
 func (b *bench) writeLatencies(path string, subs []int, from, to int) error {
-	b.sink.mu.Lock()
-	defer b.sink.mu.Unlock()
+	return writeLatenciesOf(b.sink, path, subs, from, to)
+}
+
+// writeLatenciesOf is writeLatencies of the records sink s got.
+func writeLatenciesOf(s *sink, path string, subs []int, from, to int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out strings.Builder
 	out.WriteString("seq,partition,produced_unix_ms,p50_ms,last_ms\n")
 	ts := make([]int64, 0, len(subs))
 	for seq := from; seq < to; seq++ {
-		rec := b.sink.records[seq]
+		rec := s.records[seq]
 		ts = ts[:0]
 		for _, sub := range subs {
-			if t := b.sink.at(sub, seq); t != 0 {
+			if t := s.at(sub, seq); t != 0 {
 				ts = append(ts, t-rec.produced)
 			}
 		}

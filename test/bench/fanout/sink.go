@@ -37,6 +37,15 @@ type sink struct {
 	reorder []int     // [sub]: first deliveries below a key's highest seq
 	refused atomic.Int64
 	bad     atomic.Int64 // requests the sink could not read
+	// acceptErrs counts connections the sink failed to accept (this
+	// process out of file descriptors: its clients' and the nodes'
+	// connections share them); the clients' requests on them wait for
+	// their timeout, so a phase with any measured this process, not the
+	// client.
+	acceptErrs atomic.Int64
+	// header is the first readable request's header: what keyhook sends,
+	// for the ceiling's client to send the same (ceiling.go).
+	header atomic.Pointer[http.Header]
 }
 
 func newSink(subs, keys int) (*sink, error) {
@@ -53,11 +62,26 @@ func newSink(subs, keys int) (*sink, error) {
 		}
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
+	go func() { _ = s.srv.Serve(countingListener{ln, &s.acceptErrs}) }()
 	return s, nil
 }
 
 func (s *sink) close() { _ = s.srv.Close() }
+
+// countingListener counts the errors of Accept, which net/http's server
+// only logs before it tries again.
+type countingListener struct {
+	net.Listener
+	errs *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		l.errs.Add(1)
+	}
+	return c, err
+}
 
 // register adds the next record and returns its sequence number and its
 // key, the keys taken in turn; the producer calls it before producing the
@@ -103,6 +127,10 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.bad.Add(1)
 		w.WriteHeader(http.StatusBadRequest)
 		return
+	}
+	if s.header.Load() == nil {
+		h := r.Header.Clone()
+		s.header.CompareAndSwap(nil, &h)
 	}
 	s.mu.Lock()
 	if seq < 0 || seq >= len(s.records) {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -123,6 +124,10 @@ func (n *Node) Close() {
 type Sample struct {
 	Goroutines, RSS, Conns float64
 	CPU                    float64 // CPU seconds per second over the window
+	// Series are the samples its /metrics served; Overflow those the
+	// OpenTelemetry SDK merged for an instrument past its series cap
+	// (otel_metric_overflow="true").
+	Series, Overflow float64
 }
 
 // Measure reads each node's CPU over the same window, then its
@@ -179,11 +184,13 @@ func MeasureCPU(ctx context.Context, nodes []*Node, window time.Duration) ([]flo
 func Read(nodes []*Node, brokerPort string) ([]Sample, error) {
 	out := make([]Sample, len(nodes))
 	for i, n := range nodes {
-		m, err := Metrics(n.Base)
+		sc, err := scrape(n.Base)
 		if err != nil {
 			return nil, err
 		}
+		m := sc.unlabelled
 		out[i].Goroutines, out[i].RSS = m["go_goroutines"], m["process_resident_memory_bytes"]
+		out[i].Series, out[i].Overflow = float64(sc.series), float64(sc.overflow)
 		if out[i].Conns, err = BrokerConns(n.Pid(), brokerPort); err != nil {
 			return nil, err
 		}
@@ -193,21 +200,46 @@ func Read(nodes []*Node, brokerPort string) ([]Sample, error) {
 
 // Metrics reads the unlabelled series of a node's /metrics.
 func Metrics(base string) (map[string]float64, error) {
+	sc, err := scrape(base)
+	return sc.unlabelled, err
+}
+
+// scraped is one read of a node's /metrics: its unlabelled series, and
+// how many samples it served, of which how many overflow series.
+type scraped struct {
+	unlabelled       map[string]float64
+	series, overflow int
+}
+
+func scrape(base string) (scraped, error) {
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
-		return nil, err
+		return scraped{}, err
 	}
 	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	return parseScrape(resp.Body)
+}
+
+// parseScrape reads a Prometheus text exposition.
+func parseScrape(r io.Reader) (scraped, error) {
+	out := scraped{unlabelled: map[string]float64{}}
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 || strings.HasPrefix(f[0], "#") {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		out.series++
+		if strings.Contains(line, `otel_metric_overflow="true"`) {
+			out.overflow++
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
 			continue
 		}
 		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
-			out[f[0]] = v
+			out.unlabelled[f[0]] = v
 		}
 	}
 	return out, sc.Err()

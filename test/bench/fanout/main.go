@@ -100,8 +100,8 @@ type config struct {
 	ceilingFor                                    time.Duration
 	restart                                       []string
 	downOne                                       bool
-	// ceiling runs the load's fan-out again with a plain HTTP client
-	// after the load phase (ceiling.go).
+	// ceiling runs the load's fan-out again after the load phase, with
+	// clients that only send the requests (ceiling.go).
 	ceiling bool
 	// latencies, when set, is a CSV file for the load phase's records,
 	// one row each: when it was produced, its partition, and when the

@@ -133,12 +133,9 @@ func (b *Breaker) Report(p Pass, v Verdict, why string) {
 	ch := b.m.report(p, v, why, b.cfg.Now())
 	b.note(ch)
 	woken := b.wakeable(ch)
-	if ch == nil && p.probe && b.m.state == HalfOpen && !b.m.probing {
-		// The probe said nothing (a 429, an attempt cut short): the next
-		// caller probes, as after Release. The waiters must ask again,
-		// or they wait for a transition that no timer and no probe would
-		// bring, and the origin is held even once it is back.
-		woken = b.takeWaiters()
+	if ch == nil && p.probe {
+		// The probe said nothing (a 429, an attempt cut short).
+		woken = b.handedOn()
 	}
 	b.mu.Unlock()
 	run(woken)
@@ -151,12 +148,21 @@ func (b *Breaker) Release(p Pass) {
 	}
 	b.mu.Lock()
 	b.m.release(p)
-	var woken []func()
-	if b.m.state == HalfOpen && !b.m.probing {
-		woken = b.takeWaiters()
-	}
+	woken := b.handedOn()
 	b.mu.Unlock()
 	run(woken)
+}
+
+// handedOn takes the waiters when the half-open breaker's probe is free
+// again (its pass released, or its attempt said nothing): the next caller
+// probes, so they must ask again, or they wait for a transition that no
+// timer and no probe would bring, the origin held even once it is back.
+// Under mu.
+func (b *Breaker) handedOn() []func() {
+	if b.m.state == HalfOpen && !b.m.probing {
+		return b.takeWaiters()
+	}
+	return nil
 }
 
 // tick half-opens the breaker when its interval ended and wakes the

@@ -74,7 +74,8 @@ func (b *bench) ceiling(ctx context.Context, s *sink, build func(*sink) (ceiling
 	f := &fanner{c: c, sink: s, subs: b.c.subs}
 	// A burst not measured first: it opens the connections, as the
 	// nodes' warm-up opened theirs.
-	f.burst(ctx).Wait()
+	_, first := f.burst(ctx)
+	first.Wait()
 	if n := f.failed.Load(); n > 0 {
 		return fmt.Errorf("ceiling %s: %d of %d requests of the first burst failed", c.name, n, b.c.subs)
 	}
@@ -247,42 +248,19 @@ type fanner struct {
 // run sends rate bursts a second for d and returns the sequence numbers
 // [from, to) of the bursts once each request was answered.
 func (f *fanner) run(ctx context.Context, rate float64, d time.Duration) (from, to int) {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	end := time.After(d)
 	var all sync.WaitGroup
-	from, to = -1, -1
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-end:
-			break loop
-		case <-tick.C:
-		}
-		seq, wg := f.burstSeq(ctx)
+	from, to = paced(ctx, rate, d, func() int {
+		seq, wg := f.burst(ctx)
 		all.Go(wg.Wait)
-		if from < 0 {
-			from = seq
-		}
-		to = seq + 1
-	}
+		return seq
+	})
 	all.Wait()
-	if from < 0 {
-		return 0, 0
-	}
 	return from, to
 }
 
-// burst sends one burst; the group is done once each request was
-// answered.
-func (f *fanner) burst(ctx context.Context) *sync.WaitGroup {
-	_, wg := f.burstSeq(ctx)
-	return wg
-}
-
-func (f *fanner) burstSeq(ctx context.Context) (int, *sync.WaitGroup) {
+// burst sends one burst: its sequence number, and a group done once each
+// request was answered.
+func (f *fanner) burst(ctx context.Context) (int, *sync.WaitGroup) {
 	now := time.Now().UnixNano()
 	seq, key := f.sink.register(now)
 	body := strconv.Itoa(seq) + " " + strconv.FormatInt(now, 10)

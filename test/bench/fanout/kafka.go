@@ -24,26 +24,8 @@ type producer struct {
 // returns the sequence numbers [from, to) it produced once every one of
 // them was acknowledged.
 func (p *producer) run(ctx context.Context, rate float64, d time.Duration) (from, to int, err error) {
-	from, to = -1, -1
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	end := time.After(d)
 	errs := make(chan error, 1)
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-end:
-			break loop
-		case <-tick.C:
-		}
-		seq := p.produce(errs)
-		if from < 0 {
-			from = seq
-		}
-		to = seq + 1
-	}
+	from, to = paced(ctx, rate, d, func() int { return p.produce(errs) })
 	if err := p.cl.Flush(context.Background()); err != nil {
 		return from, to, err
 	}
@@ -52,10 +34,33 @@ loop:
 		return from, to, err
 	default:
 	}
-	if from < 0 {
-		from, to = 0, 0
-	}
 	return from, to, nil
+}
+
+// paced calls next rate times a second until ctx ends or d passes, and
+// returns the sequence numbers [from, to) next returned ([0, 0) none).
+func paced(ctx context.Context, rate float64, d time.Duration, next func() int) (from, to int) {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	end := time.After(d)
+	from, to = -1, -1
+	for {
+		select {
+		case <-ctx.Done():
+		case <-end:
+		case <-tick.C:
+			seq := next()
+			if from < 0 {
+				from = seq
+			}
+			to = seq + 1
+			continue
+		}
+		if from < 0 {
+			return 0, 0
+		}
+		return from, to
+	}
 }
 
 // burst produces n records at once and returns their sequence numbers
